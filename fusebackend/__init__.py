@@ -1,0 +1,17 @@
+"""fusebackend: a torch.compile backend that fuses pointwise and reduction work into Triton kernels.
+
+    torch.compile(model, backend="fuse")
+
+works once the package is installed (it registers the backend through an entry point). Importing
+it directly gives the inspection API: ``fusebackend.last_compiled()`` returns what the most recent
+compilation produced (IR, schedule, kernels, wrapper) and ``fusebackend.metrics`` counts graphs,
+kernels and ATen fallbacks. ``fusebackend.config`` holds every option.
+"""
+
+from fusebackend.config import config
+from fusebackend import metrics
+from fusebackend.backend import fuse
+from fusebackend.dump import CompiledArtifacts, history, last as last_compiled
+
+__all__ = ["config", "metrics", "fuse", "last_compiled", "history", "CompiledArtifacts"]
+__version__ = "0.1.0"

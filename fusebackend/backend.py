@@ -1,0 +1,124 @@
+"""The Dynamo backend ``fuse``: AOTAutograd in front, ``compile_graph`` behind.
+
+``torch.compile(model, backend="fuse")`` calls ``fuse(gm, example_inputs)``. AOTAutograd traces
+forward and backward graphs (functionalized, decomposed with ``decompositions.py``) and hands each
+to a ``FusedGraph``. A FusedGraph compiles lazily, on the first call with each input signature
+(shapes, strides, dtypes, devices, and the values of int arguments), so dynamic shapes become a
+set of static specializations. If compiling a graph fails, or its first run raises, that graph
+runs eagerly from then on, after one warning that names the error: never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import default_partition
+
+from fusebackend import metrics
+from fusebackend.decompositions import decomposition_table
+from fusebackend.pipeline import compile_graph
+
+_graph_ids = itertools.count()
+
+
+def input_key(args: Sequence[Any]) -> tuple:
+    """What a compiled specialization depends on, for each graph input."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            key.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.storage_offset() == 0))
+        elif isinstance(a, (int, float, bool)) or a is None:
+            key.append((type(a), a))
+        else:
+            key.append(type(a))
+    return tuple(key)
+
+
+class _Entry:
+    def __init__(self, call: Callable[[list[Any]], Any], proven: bool) -> None:
+        self.call = call
+        self.proven = proven
+
+
+class FusedGraph:
+    """A graph from AOTAutograd, compiled per input signature; called with a list of inputs."""
+
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        self.gm = gm
+        self.name = name
+        self.cache: dict[tuple, _Entry] = {}
+        self.mutates = any(
+            isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+            for n in gm.graph.nodes
+            if n.op == "call_function"
+        )
+
+    def _eager(self, args: list[Any]) -> Any:
+        inputs = list(args)
+        args.clear()
+        return self.gm(*inputs)
+
+    def _fall_back(self, key: tuple, what: str, exc: BaseException) -> _Entry:
+        warnings.warn(
+            f"fusebackend: {what} graph {self.name} failed ({type(exc).__name__}: {exc}); "
+            f"running this graph eagerly",
+            stacklevel=3,
+        )
+        metrics.eager_graphs += 1
+        entry = _Entry(self._eager, True)
+        self.cache[key] = entry
+        return entry
+
+    def __call__(self, *call_args: Any) -> Any:
+        # AOTAutograd calls boxed (one list it lets us clear) or, through some wrappers, unboxed.
+        args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
+        key = input_key(args)
+        entry = self.cache.get(key)
+        if entry is None:
+            try:
+                suffix = f"_{len(self.cache)}" if self.cache else ""
+                compiled = compile_graph(self.gm, args, self.name + suffix)
+                entry = _Entry(compiled.call, False)
+                self.cache[key] = entry
+            except Exception as exc:  # any compile failure: the graph still runs, eagerly
+                entry = self._fall_back(key, "compiling", exc)
+        else:
+            metrics.cache_hits += 1
+        if entry.proven:
+            return entry.call(args)
+        saved = list(args)
+        try:
+            out = entry.call(args)
+        except Exception as exc:
+            if self.mutates:
+                raise  # inputs may already be changed: a rerun could be wrong
+            entry = self._fall_back(key, "running", exc)
+            return entry.call(saved)
+        entry.proven = True
+        return out
+
+
+def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], FusedGraph]:
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FusedGraph:
+        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}")
+
+    return compile_fn
+
+
+def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
+    backend = aot_autograd(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+        decompositions=decomposition_table(),
+        partition_fn=default_partition,
+    )
+    return backend(gm, example_inputs)

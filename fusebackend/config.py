@@ -1,0 +1,86 @@
+"""Every option of fusebackend, in one place.
+
+Each field is typed and backed by exactly one ``FUSE_*`` environment variable, read once when this
+module is imported. Nothing else in the package reads the environment. ``config.patch(...)``
+overrides fields for the duration of a ``with`` block (tests and benchmarks use it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Iterator
+
+
+def _env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return default if raw in (None, "") else int(raw)
+
+
+def _env_interpret() -> bool | None:
+    raw = os.environ.get("FUSE_INTERPRET", "auto").lower()
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    return None  # decided from the machine: no CUDA device -> interpreter
+
+
+@dataclasses.dataclass
+class Config:
+    # FUSE_DUMP_DIR: when set, every compiled graph writes a folder of dumps under it.
+    dump_dir: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_DUMP_DIR", ""))
+    # FUSE_CACHE_DIR: where generated kernel modules are written (Triton imports kernels from files).
+    cache_dir: str = dataclasses.field(
+        default_factory=lambda: _env_str(
+            "FUSE_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fusebackend")
+        )
+    )
+    # FUSE_INTERPRET: 1 runs kernels through Triton's interpreter on CPU tensors, 0 on the GPU,
+    # auto (default) picks the interpreter when torch sees no CUDA device or TRITON_INTERPRET=1.
+    interpret: bool | None = dataclasses.field(default_factory=_env_interpret)
+    # FUSE_MAX_FUSION_SIZE: most IR nodes one kernel may hold.
+    max_fusion_size: int = dataclasses.field(
+        default_factory=lambda: _env_int("FUSE_MAX_FUSION_SIZE", 64)
+    )
+    # FUSE_FUSION: 0 turns fusion off (one kernel per node), for comparisons and debugging.
+    fusion: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_FUSION", 1) != 0)
+
+    @contextlib.contextmanager
+    def patch(self, **overrides: Any) -> Iterator[None]:
+        """Override fields inside a ``with`` block; unknown names raise."""
+        saved = {}
+        for key, value in overrides.items():
+            if not hasattr(self, key):
+                raise AttributeError(f"fusebackend.config has no option {key!r}")
+            saved[key] = getattr(self, key)
+            setattr(self, key, value)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                setattr(self, key, value)
+
+
+config = Config()
+
+
+def use_interpreter() -> bool:
+    """Whether generated kernels run in Triton's interpreter (on CPU tensors).
+
+    FUSE_INTERPRET decides when set; on auto, a TRITON_INTERPRET=1 environment or a machine
+    without a CUDA device means the interpreter. Kernels are decorated in that mode whenever
+    Triton was imported (``kernels/runtime.py``), so no import order is required.
+    """
+    if config.interpret is not None:
+        return config.interpret
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()

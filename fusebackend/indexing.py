@@ -1,0 +1,246 @@
+"""Index expressions: sympy over non-negative integer loop variables.
+
+A view never copies data; it rewrites the index a load uses. Indices are sympy expressions built
+from loop variables (non-negative integer symbols with known ranges), integer constants, ``+``,
+``*`` by constants, and two functions defined here:
+
+- ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``;
+- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``.
+
+Reshapes and inlined producers introduce them; ``simplify(expr, ranges)`` removes what the
+variable ranges make redundant (a FloorDiv of something smaller than its divisor is 0) and folds
+``b*FloorDiv(x, b) + ModIdx(x, b)`` back into ``x``, so that an unravel followed by a ravel
+prints as the plain flat index. ``bounds`` gives an interval for any index; codegen uses it to
+prove that int32 arithmetic is safe.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Sequence
+
+import sympy
+
+Ranges = Mapping[sympy.Symbol, int]
+
+
+def var(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+@functools.lru_cache(maxsize=None)
+def loop_vars(prefix: str, count: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(var(f"{prefix}{k}") for k in range(count))
+
+
+class FloorDiv(sympy.Function):
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+        if not (b.is_Integer and b > 0):
+            raise ValueError(f"FloorDiv needs a positive constant divisor, got {b}")
+        if b == 1:
+            return a
+        if a.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if isinstance(a, FloorDiv):
+            return FloorDiv(a.args[0], a.args[1] * b)
+        if a.is_Add:
+            whole, rest = _split_multiples(a, int(b))
+            if whole != 0:
+                return whole + FloorDiv(rest, b)
+        if a.is_Mul:
+            coeff, term = a.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % int(b) == 0:
+                return (int(coeff) // int(b)) * term
+        return None
+
+
+class ModIdx(sympy.Function):
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+        if not (b.is_Integer and b > 0):
+            raise ValueError(f"ModIdx needs a positive constant modulus, got {b}")
+        if b == 1:
+            return sympy.Integer(0)
+        if a.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if isinstance(a, ModIdx) and int(a.args[1]) % int(b) == 0:
+            return ModIdx(a.args[0], b)
+        if a.is_Add:
+            whole, rest = _split_multiples(a, int(b))
+            if whole != 0:
+                return ModIdx(rest, b)
+        if a.is_Mul:
+            coeff, _ = a.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % int(b) == 0:
+                return sympy.Integer(0)
+        return None
+
+
+def _split_multiples(expr: sympy.Expr, b: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """Split a sum into (the terms divisible by b, divided by b) and the remaining terms."""
+    whole: sympy.Expr = sympy.Integer(0)
+    rest: sympy.Expr = sympy.Integer(0)
+    for term in expr.args:
+        coeff, factor = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % b == 0:
+            whole += (int(coeff) // b) * factor
+        else:
+            rest += term
+    return whole, rest
+
+
+def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
+    """An interval [lo, hi] holding every value of ``expr`` over the variable ranges."""
+    if expr.is_Integer:
+        return int(expr), int(expr)
+    if expr.is_Symbol:
+        if expr not in ranges:
+            raise KeyError(f"no range known for index variable {expr}")
+        return 0, max(int(ranges[expr]) - 1, 0)
+    if expr.is_Add:
+        lo = hi = 0
+        for arg in expr.args:
+            a, b = bounds(arg, ranges)
+            lo, hi = lo + a, hi + b
+        return lo, hi
+    if expr.is_Mul:
+        lo, hi = 1, 1
+        for arg in expr.args:
+            a, b = bounds(arg, ranges)
+            cands = (lo * a, lo * b, hi * a, hi * b)
+            lo, hi = min(cands), max(cands)
+        return lo, hi
+    if isinstance(expr, FloorDiv):
+        a, b = bounds(expr.args[0], ranges)
+        d = int(expr.args[1])
+        return a // d, b // d
+    if isinstance(expr, ModIdx):
+        a, b = bounds(expr.args[0], ranges)
+        d = int(expr.args[1])
+        if a >= 0 and b < d:
+            return a, b
+        return 0, d - 1
+    raise TypeError(f"unsupported index expression {expr!r}")
+
+
+def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
+    """Remove FloorDiv/ModIdx that the ranges make redundant and fold div/mod pairs back."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer or expr.is_Symbol:
+        return expr
+    args = [simplify(a, ranges) for a in expr.args]
+    if isinstance(expr, FloorDiv):
+        inner, d = args[0], int(args[1])
+        lo, hi = bounds(inner, ranges)
+        if lo >= 0 and hi < d:
+            return sympy.Integer(0)
+        return FloorDiv(inner, d)
+    if isinstance(expr, ModIdx):
+        inner, d = args[0], int(args[1])
+        lo, hi = bounds(inner, ranges)
+        if lo >= 0 and hi < d:
+            return inner
+        return ModIdx(inner, d)
+    rebuilt = expr.func(*args)
+    if rebuilt.is_Add:
+        rebuilt = _fold_div_mod(rebuilt, ranges)
+    return rebuilt
+
+
+def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
+    """Rewrite ``c*ModIdx(y, m) + c*m*FloorDiv(y, m)`` into ``c*y`` until nothing changes.
+
+    FloorDiv(x, a*m) equals FloorDiv(FloorDiv(x, a), m), so the mod of a division pairs with a
+    division by the product; repeated, this folds a whole unravel/ravel round trip.
+    """
+    changed = True
+    while changed and expr.is_Add:
+        changed = False
+        terms = list(expr.args)
+        for i, term in enumerate(terms):
+            coeff, mod = term.as_coeff_Mul()
+            if not isinstance(mod, ModIdx):
+                continue
+            y, m = mod.args[0], int(mod.args[1])
+            base, div = (y.args[0], int(y.args[1])) if isinstance(y, FloorDiv) else (y, 1)
+            partner = FloorDiv(base, div * m)
+            for j, other in enumerate(terms):
+                if j == i:
+                    continue
+                ocoeff, ofac = other.as_coeff_Mul()
+                if ofac == partner and ocoeff == coeff * m:
+                    rest = [t for k, t in enumerate(terms) if k not in (i, j)]
+                    expr = sympy.Add(coeff * y, *rest)
+                    changed = True
+                    break
+            if changed:
+                break
+    return expr
+
+
+def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) -> sympy.Expr:
+    """The storage offset of a strided access."""
+    total: sympy.Expr = sympy.Integer(offset)
+    for i, s in zip(index, strides):
+        total += sympy.Integer(s) * i
+    return total
+
+
+def unravel(flat: sympy.Expr, sizes: Sequence[int], strides: Sequence[int]) -> list[sympy.Expr]:
+    """The per-dimension index of a storage offset into a dense (possibly permuted) layout.
+
+    Valid when the layout is non-overlapping and dense: each dimension's stride is the product of
+    the sizes of the dimensions that vary faster than it.
+    """
+    out: list[sympy.Expr] = []
+    for size, stride in zip(sizes, strides):
+        if size == 1:
+            out.append(sympy.Integer(0))
+        else:
+            out.append(ModIdx(FloorDiv(flat, stride), size))
+    return out
+
+
+def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """Non-overlapping and dense: some permutation of the dims is contiguous."""
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def dense_order(sizes: Sequence[int], strides: Sequence[int]) -> list[int]:
+    """Dimensions from slowest to fastest varying in memory (ties keep the logical order)."""
+    return sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
+
+
+def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for size in reversed(sizes):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+class IndexPrinter(sympy.printing.str.StrPrinter):
+    """Prints an index as Python/Triton integer arithmetic (all operands are non-negative)."""
+
+    def _print_FloorDiv(self, expr: FloorDiv) -> str:
+        return f"({self._print(expr.args[0])} // {self._print(expr.args[1])})"
+
+    def _print_ModIdx(self, expr: ModIdx) -> str:
+        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
+
+
+def pexpr(expr: sympy.Expr) -> str:
+    return IndexPrinter().doprint(expr)

@@ -1,0 +1,446 @@
+"""The IR between lowering and codegen: buffers, views, expression bodies and nodes.
+
+Design in one paragraph. Every ATen op of the graph becomes one node that writes one buffer
+(``Pointwise``, ``Reduction``) or an ``Extern`` that calls ATen. A buffer has exactly the sizes,
+strides and dtype eager PyTorch gives that op's output (lowering reads them off the op's meta
+function), so a view of any buffer is just another ``View``: sizes, strides and an offset over the
+same storage, never a copy, and an extern call sees the layout eager would hand it. A node's
+``body`` is a small expression tree over loop variables ``i0, i1, ...`` (one per output dim) and,
+for reductions, ``r0, r1, ...`` (one per reduced dim). A ``Load`` reads a view at a per-dim index
+(sympy); the scheduler fuses nodes into groups and codegen inlines a producer's body wherever a
+consumer in the same group loads its buffer, so fused intermediates never reach memory.
+
+Everything here is a frozen dataclass and prints as readable text; ``verify`` checks a graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Iterator, Sequence, Union
+
+import sympy
+import torch
+
+from fusebackend import indexing
+
+# ----------------------------------------------------------------------------------- buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class Buffer:
+    """A named allocation: a graph input, a node's output, or an extern's output."""
+
+    name: str
+    dtype: torch.dtype
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def whole(self) -> "View":
+        return View(self, self.sizes, self.strides, 0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {dtype_name(self.dtype)}{list(self.sizes)} strides {list(self.strides)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """A strided window over a buffer's storage (offset in elements from the buffer's start)."""
+
+    buffer: Buffer
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.buffer.dtype
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    def is_whole(self) -> bool:
+        b = self.buffer
+        return self.offset == 0 and self.sizes == b.sizes and self.strides == b.strides
+
+    def distinct_elements(self) -> int:
+        """Elements of storage this view touches (broadcast dims count once)."""
+        n = math.prod(s for s, st in zip(self.sizes, self.strides) if st != 0)
+        return min(n, self.buffer.numel) if self.numel else 0
+
+    def __str__(self) -> str:
+        if self.is_whole():
+            return self.buffer.name
+        return (
+            f"{self.buffer.name}.view({list(self.sizes)}, strides={list(self.strides)},"
+            f" offset={self.offset})"
+        )
+
+
+# ------------------------------------------------------------------------------- expressions
+
+# Every op a body may use, with its arity. Codegen has one rendering per name (a test checks).
+OP_ARITY: dict[str, int] = {
+    # arithmetic
+    "add": 2, "sub": 2, "mul": 2, "truediv": 2, "neg": 1, "abs": 1,
+    "int_truncdiv": 2, "int_truncmod": 2, "fmod": 2,
+    "maximum": 2, "minimum": 2,
+    # math
+    "exp": 1, "exp2": 1, "log": 1, "log2": 1, "sqrt": 1, "rsqrt": 1, "sin": 1, "cos": 1,
+    "tanh": 1, "sigmoid": 1, "erf": 1, "floor": 1, "ceil": 1, "log1p": 1, "expm1": 1,
+    "isnan": 1, "isinf": 1,
+    # comparisons and logic
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
+    "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1,
+    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+    "where": 3,
+    # dtype conversion (the target dtype is the Op's dtype)
+    "to": 1,
+}
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype arithmetic happens in: half types widen to fp32, small ints to int32."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    if dtype in (torch.int8, torch.int16, torch.uint8, torch.bool):
+        return torch.int32
+    return dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    view: View
+    index: tuple[sympy.Expr, ...]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.view.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant:
+    value: Union[bool, int, float]
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a value (arange, iota)."""
+
+    index: sympy.Expr
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple["Expr", ...]
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        arity = OP_ARITY.get(self.name)
+        if arity is None:
+            raise ValueError(f"unknown IR op {self.name!r}")
+        if arity != len(self.args):
+            raise ValueError(f"IR op {self.name} takes {arity} args, got {len(self.args)}")
+
+
+Expr = Union[Load, Constant, IndexValue, Op]
+
+
+def cast(x: Expr, dtype: torch.dtype) -> Expr:
+    """Convert ``x`` to ``dtype``, folding what needs no instruction.
+
+    A float widened straight after being narrowed (fp32 -> bf16 -> fp32, which fusion creates
+    between two ops of a half-precision chain) keeps its fp32 value: fused chains compute in fp32
+    and round once, on store.
+    """
+    if x.dtype == dtype:
+        return x
+    if isinstance(x, Constant):
+        return Constant(_convert_scalar(x.value, dtype), dtype)
+    if (
+        isinstance(x, Op)
+        and x.name == "to"
+        and x.args[0].dtype == dtype
+        and dtype in FLOAT_DTYPES
+        and x.dtype in FLOAT_DTYPES
+        and x.dtype.itemsize < dtype.itemsize
+    ):
+        return x.args[0]
+    return Op("to", (x,), dtype)
+
+
+def _convert_scalar(value: Any, dtype: torch.dtype) -> Union[bool, int, float]:
+    if dtype == torch.bool:
+        return bool(value)
+    if dtype.is_floating_point:
+        return float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"cannot convert {value} to {dtype}")
+    return int(value)
+
+
+def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:
+    """Build an Op; its dtype defaults to its first argument's."""
+    return Op(name, tuple(args), dtype if dtype is not None else args[0].dtype)
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    yield expr
+    if isinstance(expr, Op):
+        for a in expr.args:
+            yield from walk(a)
+
+
+def loads(expr: Expr) -> list[Load]:
+    return [e for e in walk(expr) if isinstance(e, Load)]
+
+
+def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild ``expr`` bottom-up; ``fn`` returns a replacement for a leaf or None to keep it."""
+    if isinstance(expr, Op):
+        new_args = tuple(map_expr(a, fn) for a in expr.args)
+        if expr.name == "to":
+            return cast(new_args[0], expr.dtype)
+        return Op(expr.name, new_args, expr.dtype)
+    replaced = fn(expr)
+    return expr if replaced is None else replaced
+
+
+def substitute_index(expr: Expr, mapping: dict[sympy.Symbol, sympy.Expr]) -> Expr:
+    """Replace loop variables in every index of ``expr``."""
+
+    def leaf(e: Expr) -> Expr | None:
+        if isinstance(e, Load):
+            return Load(e.view, tuple(sympy.sympify(i).xreplace(mapping) for i in e.index))
+        if isinstance(e, IndexValue):
+            return IndexValue(sympy.sympify(e.index).xreplace(mapping), e.dtype)
+        return None
+
+    return map_expr(expr, leaf)
+
+
+def format_expr(expr: Expr) -> str:
+    if isinstance(expr, Load):
+        idx = ", ".join(indexing.pexpr(i) for i in expr.index)
+        return f"{expr.view}[{idx}]"
+    if isinstance(expr, Constant):
+        return repr(expr.value)
+    if isinstance(expr, IndexValue):
+        return f"index({indexing.pexpr(expr.index)})"
+    if expr.name == "to":
+        return f"to_{dtype_name(expr.dtype)}({format_expr(expr.args[0])})"
+    return f"{expr.name}({', '.join(format_expr(a) for a in expr.args)})"
+
+
+# ------------------------------------------------------------------------------------- nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class Pointwise:
+    """``buffer[i0, i1, ...] = body`` for every index of the buffer's sizes."""
+
+    buffer: Buffer
+    body: Expr
+    origin: str
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    @property
+    def ranges(self) -> tuple[int, ...]:
+        return self.buffer.sizes
+
+    def reads(self) -> list[View]:
+        return [ld.view for ld in loads(self.body)]
+
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "welford_mean", "welford_m2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduction:
+    """``buffer[i...] = reduce over r... of body``; the body sees both ``i`` and ``r`` variables."""
+
+    buffer: Buffer
+    body: Expr
+    reduction_ranges: tuple[int, ...]
+    reduction_type: str
+    origin: str
+
+    def __post_init__(self) -> None:
+        if self.reduction_type not in REDUCTION_TYPES:
+            raise ValueError(f"unknown reduction type {self.reduction_type!r}")
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    @property
+    def ranges(self) -> tuple[int, ...]:
+        return self.buffer.sizes
+
+    def reads(self) -> list[View]:
+        return [ld.view for ld in loads(self.body)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Extern:
+    """A call of an ATen op we do not generate code for.
+
+    ``args``/``kwargs`` hold Views where the op takes tensors and plain Python values otherwise.
+    ``outputs`` lists the tensors the op returns, each with the path of indices that reaches it in
+    the returned value (``()`` when the op returns one tensor).
+    """
+
+    name: str
+    op: Any
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    outputs: tuple[tuple[tuple[int, ...], Buffer], ...]
+    mutates: bool
+    origin: str
+
+    def reads(self) -> list[View]:
+        return [v for v in _flatten((self.args, dict(self.kwargs))) if isinstance(v, View)]
+
+
+Node = Union[Pointwise, Reduction, Extern]
+
+
+def _flatten(value: Any) -> Iterator[Any]:
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flatten(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _flatten(v)
+    else:
+        yield value
+
+
+def written_buffers(node: Node) -> list[Buffer]:
+    if isinstance(node, Extern):
+        return [b for _, b in node.outputs]
+    return [node.buffer]
+
+
+# ------------------------------------------------------------------------------------- graph
+
+
+@dataclasses.dataclass
+class IRGraph:
+    """One compiled FX graph: its inputs, nodes in a valid execution order, and its outputs.
+
+    ``inputs`` has one entry per graph argument: a Buffer for a tensor, or the concrete Python
+    value (ints are specialized). ``outputs`` holds Views for tensors and plain values otherwise.
+    """
+
+    name: str
+    device: torch.device
+    inputs: list[Any]
+    nodes: list[Node]
+    outputs: list[Any]
+
+    def producers(self) -> dict[str, Node]:
+        return {b.name: n for n in self.nodes for b in written_buffers(n)}
+
+    def input_buffers(self) -> list[Buffer]:
+        return [b for b in self.inputs if isinstance(b, Buffer)]
+
+    def __str__(self) -> str:
+        lines = [f"graph {self.name} on {self.device}"]
+        for k, inp in enumerate(self.inputs):
+            lines.append(f"  input {k}: {inp}")
+        for node in self.nodes:
+            lines.extend("  " + line for line in format_node(node).splitlines())
+        outs = ", ".join(str(o) for o in self.outputs)
+        lines.append(f"  return ({outs})")
+        return "\n".join(lines)
+
+
+def format_node(node: Node) -> str:
+    if isinstance(node, Pointwise):
+        return f"{node.buffer} = pointwise  # {node.origin}\n    {format_expr(node.body)}"
+    if isinstance(node, Reduction):
+        return (
+            f"{node.buffer} = {node.reduction_type} over r{list(node.reduction_ranges)}"
+            f"  # {node.origin}\n    {format_expr(node.body)}"
+        )
+    outs = ", ".join(str(b) for _, b in node.outputs) or "(no tensor outputs)"
+    args = ", ".join(str(a) for a in node.args)
+    kw = "".join(f", {k}={v}" for k, v in node.kwargs)
+    return f"{outs} = extern {node.op}({args}{kw})"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {
+        torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.float64: "f64",
+        torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+        torch.uint8: "u8", torch.bool: "b1",
+    }.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def verify(graph: IRGraph) -> None:
+    """Check the graph's invariants; raises AssertionError naming the first broken one."""
+    defined: dict[str, Buffer] = {b.name: b for b in graph.input_buffers()}
+    assert len(defined) == len(graph.input_buffers()), "duplicate input buffer names"
+    for node in graph.nodes:
+        for view in node.reads():
+            b = view.buffer
+            assert defined.get(b.name) == b, f"{_name(node)} reads {b.name} before it is written"
+            _check_view(view)
+        if isinstance(node, (Pointwise, Reduction)):
+            nvars = len(node.ranges)
+            allowed = set(indexing.loop_vars("i", nvars))
+            if isinstance(node, Reduction):
+                allowed |= set(indexing.loop_vars("r", len(node.reduction_ranges)))
+            for e in walk(node.body):
+                if isinstance(e, Load):
+                    assert len(e.index) == len(e.view.sizes), f"{node.name}: index rank mismatch"
+                    for i in e.index:
+                        free = sympy.sympify(i).free_symbols
+                        assert free <= allowed, f"{node.name}: index uses unknown vars {free - allowed}"
+                if isinstance(e, Op) and e.name in ("add", "sub", "mul", "maximum", "minimum"):
+                    assert all(a.dtype == e.dtype for a in e.args), f"{node.name}: mixed dtypes in {e.name}"
+            if node.buffer.numel:
+                assert indexing.is_dense(node.buffer.sizes, node.buffer.strides), (
+                    f"{node.name}: output layout is not dense"
+                )
+        for buf in written_buffers(node):
+            assert buf.name not in defined, f"buffer {buf.name} written twice"
+            defined[buf.name] = buf
+    for out in graph.outputs:
+        if isinstance(out, View):
+            assert defined.get(out.buffer.name) == out.buffer, f"output {out} is never written"
+
+
+def _check_view(view: View) -> None:
+    if view.numel == 0:
+        return
+    last = view.offset + sum((s - 1) * st for s, st in zip(view.sizes, view.strides))
+    b = view.buffer
+    base_last = sum((s - 1) * st for s, st in zip(b.sizes, b.strides))
+    assert view.offset >= 0 and last <= base_last, f"view {view} reaches outside {b.name}"
+
+
+def _name(node: Node) -> str:
+    return node.name
+
+
+def nodes_by_name(nodes: Sequence[Node]) -> dict[str, Node]:
+    return {n.name: n for n in nodes}

@@ -1,0 +1,1 @@
+"""Runtime support for generated code: loading, caching and launching kernels."""

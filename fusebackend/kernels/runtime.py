@@ -1,0 +1,126 @@
+"""Runtime for generated code: load kernel modules, choose launch configs, run wrappers.
+
+Triton compiles a ``@triton.jit`` function from its source file, so every generated kernel is
+written to ``<cache_dir>/kernels/<name>_<hash>.py`` (atomically: a temporary file renamed into
+place) and imported from there. Loaded kernels are kept in memory by the hash of their source,
+so a kernel shared by two graphs or two shape specializations is loaded and compiled once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import types
+from typing import Any, Iterator
+
+import torch
+
+from fusebackend import metrics
+from fusebackend.config import config, use_interpreter
+
+_loaded: dict[str, Any] = {}
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def _write_atomic(path: str, text: str) -> None:
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _decorating() -> Iterator[None]:
+    """Decorate ``@triton.jit`` functions in the mode the config asks for.
+
+    Triton fixes a function's mode (compiled or interpreted) when it is decorated. Generated
+    kernels and ``triton_helpers`` use only Triton builtins, never Triton's own ``@jit`` library
+    functions, so they can be interpreted even when Triton was imported in compiled mode.
+    """
+    import triton
+
+    saved = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = use_interpreter()
+    try:
+        import fusebackend.kernels.triton_helpers  # noqa: F401  (decorated in this mode once)
+
+        yield
+    finally:
+        triton.knobs.runtime.interpret = saved
+
+
+def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType:
+    """Import generated source from a file named by its hash.
+
+    With ``shared`` (kernels), a module already loaded from the same source is returned; without
+    it (wrappers, which get kernels bound into them) every call makes a new module object.
+    """
+    key = f"{stem}_{source_hash(source)}"
+    if shared and key in _loaded:
+        metrics.cache_hits += 1
+        return _loaded[key]
+    folder = os.path.join(config.cache_dir, "kernels")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{key}.py")
+    _write_atomic(path, source)
+    spec = importlib.util.spec_from_file_location(f"fusebackend_generated.{key}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    with _decorating():
+        spec.loader.exec_module(module)
+    if shared:
+        _loaded[key] = module
+    return module
+
+
+def load_kernel(name: str, source: str) -> Any:
+    return getattr(load_module(source, name), name)
+
+
+def pointwise_config(numel: int) -> dict[str, int]:
+    """Block size and warps for a flat kernel over ``numel`` elements."""
+    if use_interpreter():
+        # The interpreter runs each program in Python: few, large blocks are fastest.
+        return {"XBLOCK": min(_next_pow2(numel), 1 << 16)}
+    block = min(_next_pow2(numel), 1024)
+    return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def view(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> torch.Tensor:
+    """A strided view of ``t``'s storage, ``offset`` counted from ``t``'s first element."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
+
+
+def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    """An extern's result in the layout its meta function promised (copied if it differs).
+
+    Generated kernels index buffers with the strides known at compile time; an ATen kernel whose
+    real output strides differ from its meta function would otherwise be read wrongly.
+    """
+    if tuple(t.shape) != tuple(size):
+        raise RuntimeError(f"extern returned shape {tuple(t.shape)}, expected {tuple(size)}")
+    if t.stride() == tuple(stride) or t.numel() <= 1:
+        return t
+    out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out

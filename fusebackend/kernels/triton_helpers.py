@@ -1,0 +1,77 @@
+"""Device functions that generated kernels call as ``th.<name>``.
+
+Each is written with Triton builtins only: no libdevice (the interpreter lacks it) and none of
+Triton's own ``@jit`` library functions (``tl.sigmoid``, ``tl.sum``...), whose compiled-or-
+interpreted mode was fixed when Triton was imported. Results must agree with eager PyTorch on
+the CPU and on the GPU.
+"""
+
+import triton
+import triton.language as tl
+
+from fusebackend.config import use_interpreter
+
+
+@triton.jit
+def maximum(a, b):
+    # NaN-propagating, like torch.maximum: a NaN on either side wins.
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def tanh(x):
+    # tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|); a short series near 0 keeps the
+    # relative error small where 1 - e would cancel.
+    ax = tl.abs(x)
+    e = tl.exp(-2.0 * ax)
+    big = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    t = tl.where(ax < 0.0625, small, big)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def log1p(x):
+    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x (Goldberg's trick).
+    u = 1.0 + x
+    d = u - 1.0
+    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+
+
+@triton.jit
+def expm1(x):
+    # expm1(x) = (u - 1) * x / log(u) with u = exp(x), exact where exp(x) - 1 would cancel.
+    u = tl.exp(x)
+    d = u - 1.0
+    lu = tl.log(u)
+    safe = tl.where((d == 0.0) | (lu == 0.0), 1.0, lu)
+    r = tl.where(d == 0.0, x, d * (x / safe))
+    return tl.where(tl.abs(x) > 0.5, d, r)
+
+
+
+if use_interpreter():
+
+    @triton.jit
+    def to_bf16(x):
+        # Triton's interpreter truncates fp32 -> bf16; round to nearest even on the bits instead.
+        bits = x.to(tl.int32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True)).to(tl.bfloat16)
+
+else:
+
+    @triton.jit
+    def to_bf16(x):
+        return x.to(tl.bfloat16)

@@ -1,0 +1,469 @@
+"""Lowerings of pointwise ATen ops to expression bodies.
+
+Conventions: the output's dtype comes from ATen's meta function (``ctx.dtype``); arithmetic runs in
+``ir.compute_dtype`` of it (fp16/bf16 in fp32, small ints in int32) and the graph lowering casts
+the result to the output dtype. Comparisons promote their operands the way ATen does
+(``ctx.result_type``). Ops with an argument combination we do not handle raise ``Unsupported``
+and stay ATen calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fusebackend import ir
+from fusebackend.ir import Constant, Expr, cast, op
+from fusebackend.lowering.graph import LoweringContext
+from fusebackend.lowering.registry import Unsupported, register_pointwise
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _compute(ctx: LoweringContext) -> torch.dtype:
+    return ir.compute_dtype(ctx.dtype)
+
+
+def _operands(ctx: LoweringContext, *args: Any) -> list[Expr]:
+    dtype = _compute(ctx)
+    return [ctx.value(a, dtype) for a in args]
+
+
+def _scaled(ctx: LoweringContext, value: Expr, alpha: Any) -> Expr:
+    if alpha is None or alpha == 1:
+        return value
+    return op("mul", value, ctx.value(alpha, value.dtype))
+
+
+# ----------------------------------------------------------------------------- arithmetic
+
+
+@register_pointwise(aten.add.Tensor, aten.add.Scalar)
+def add(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
+    a, b = _operands(ctx, self, other)
+    return op("add", a, _scaled(ctx, b, alpha))
+
+
+@register_pointwise(aten.sub.Tensor, aten.sub.Scalar)
+def sub(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
+    a, b = _operands(ctx, self, other)
+    return op("sub", a, _scaled(ctx, b, alpha))
+
+
+@register_pointwise(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
+    a, b = _operands(ctx, self, other)
+    return op("sub", b, _scaled(ctx, a, alpha))
+
+
+@register_pointwise(aten.mul.Tensor, aten.mul.Scalar)
+def mul(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    if ctx.dtype == torch.bool:
+        return op("logical_and", *(ctx.value(x, torch.bool) for x in (self, other)))
+    return op("mul", *_operands(ctx, self, other))
+
+
+def _floor_div(a: Expr, b: Expr) -> Expr:
+    if a.dtype.is_floating_point:
+        return op("floor", op("truediv", a, b))
+    q = op("int_truncdiv", a, b)
+    r = op("int_truncmod", a, b)
+    zero = Constant(0, a.dtype)
+    adjust = op(
+        "logical_and",
+        op("ne", r, zero, dtype=torch.bool),
+        op("ne", op("lt", r, zero, dtype=torch.bool), op("lt", b, zero, dtype=torch.bool), dtype=torch.bool),
+        dtype=torch.bool,
+    )
+    return op("sub", q, cast(adjust, a.dtype))
+
+
+def _trunc(x: Expr) -> Expr:
+    if not x.dtype.is_floating_point:
+        return x
+    return op("where", op("lt", x, Constant(0.0, x.dtype), dtype=torch.bool), op("ceil", x), op("floor", x))
+
+
+@register_pointwise(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div(ctx: LoweringContext, self: Any, other: Any, rounding_mode: str | None = None) -> Expr:
+    a, b = _operands(ctx, self, other)
+    if rounding_mode is None:
+        return op("truediv", a, b)
+    if rounding_mode == "trunc":
+        return _trunc(op("truediv", a, b)) if a.dtype.is_floating_point else op("int_truncdiv", a, b)
+    if rounding_mode == "floor":
+        return _floor_div(a, b)
+    raise Unsupported(f"rounding_mode={rounding_mode}")
+
+
+@register_pointwise(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return _floor_div(*_operands(ctx, self, other))
+
+
+@register_pointwise(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    a, b = _operands(ctx, self, other)
+    r = op("fmod", a, b) if a.dtype.is_floating_point else op("int_truncmod", a, b)
+    zero = Constant(0, a.dtype)
+    wrong_sign = op(
+        "logical_and",
+        op("ne", r, zero, dtype=torch.bool),
+        op("ne", op("lt", r, zero, dtype=torch.bool), op("lt", b, zero, dtype=torch.bool), dtype=torch.bool),
+        dtype=torch.bool,
+    )
+    return op("where", wrong_sign, op("add", r, b), r)
+
+
+@register_pointwise(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    a, b = _operands(ctx, self, other)
+    return op("fmod", a, b) if a.dtype.is_floating_point else op("int_truncmod", a, b)
+
+
+@register_pointwise(aten.neg.default)
+def neg(ctx: LoweringContext, self: Any) -> Expr:
+    return op("neg", *_operands(ctx, self))
+
+
+@register_pointwise(aten.abs.default)
+def abs_(ctx: LoweringContext, self: Any) -> Expr:
+    return op("abs", *_operands(ctx, self))
+
+
+@register_pointwise(aten.reciprocal.default)
+def reciprocal(ctx: LoweringContext, self: Any) -> Expr:
+    (x,) = _operands(ctx, self)
+    return op("truediv", Constant(1.0, x.dtype), x)
+
+
+@register_pointwise(aten.sign.default, aten.sgn.default)
+def sign(ctx: LoweringContext, self: Any) -> Expr:
+    if ctx.dtype == torch.bool:
+        return ctx.value(self, torch.bool)
+    (x,) = _operands(ctx, self)
+    zero = Constant(0, x.dtype)
+    pos = cast(op("gt", x, zero, dtype=torch.bool), x.dtype)
+    negative = cast(op("lt", x, zero, dtype=torch.bool), x.dtype)
+    result = op("sub", pos, negative)
+    if x.dtype.is_floating_point:  # sign(nan) is nan
+        result = op("where", op("isnan", x, dtype=torch.bool), x, result)
+    return result
+
+
+@register_pointwise(aten.maximum.default)
+def maximum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    if ctx.dtype == torch.bool:
+        return op("logical_or", *(ctx.value(x, torch.bool) for x in (self, other)))
+    return op("maximum", *_operands(ctx, self, other))
+
+
+@register_pointwise(aten.minimum.default)
+def minimum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    if ctx.dtype == torch.bool:
+        return op("logical_and", *(ctx.value(x, torch.bool) for x in (self, other)))
+    return op("minimum", *_operands(ctx, self, other))
+
+
+def _clamp(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
+    # where() keeps a NaN input NaN, as eager does; a NaN bound makes the result NaN.
+    if lo is not None:
+        x = op("where", op("lt", x, lo, dtype=torch.bool), lo, x)
+    if hi is not None:
+        x = op("where", op("gt", x, hi, dtype=torch.bool), hi, x)
+    return x
+
+
+@register_pointwise(aten.clamp.default, aten.clamp.Tensor)
+def clamp(ctx: LoweringContext, self: Any, min: Any = None, max: Any = None) -> Expr:
+    if ctx.dtype == torch.bool:
+        raise Unsupported("clamp of bool")
+    dtype = _compute(ctx)
+    x = ctx.value(self, dtype)
+    lo = None if min is None else ctx.value(min, dtype)
+    hi = None if max is None else ctx.value(max, dtype)
+    return _clamp(x, lo, hi)
+
+
+@register_pointwise(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(ctx: LoweringContext, self: Any, min: Any) -> Expr:
+    return clamp(ctx, self, min=min)
+
+
+@register_pointwise(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(ctx: LoweringContext, self: Any, max: Any) -> Expr:
+    return clamp(ctx, self, max=max)
+
+
+@register_pointwise(aten.hardtanh.default)
+def hardtanh(ctx: LoweringContext, self: Any, min_val: Any = -1, max_val: Any = 1) -> Expr:
+    return clamp(ctx, self, min=min_val, max=max_val)
+
+
+@register_pointwise(aten.relu.default)
+def relu(ctx: LoweringContext, self: Any) -> Expr:
+    return clamp(ctx, self, min=0)
+
+
+# --------------------------------------------------------------------------- float math
+
+
+def _unary(name: str, *ops_: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any) -> Expr:
+        if not ctx.dtype.is_floating_point:
+            raise Unsupported(f"{name} with integer output")
+        return op(name, *_operands(ctx, self))
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(*ops_)(lower)
+
+
+for _name, _op in [
+    ("exp", aten.exp.default), ("exp2", aten.exp2.default), ("log", aten.log.default),
+    ("log2", aten.log2.default), ("sqrt", aten.sqrt.default), ("rsqrt", aten.rsqrt.default),
+    ("sin", aten.sin.default), ("cos", aten.cos.default), ("tanh", aten.tanh.default),
+    ("sigmoid", aten.sigmoid.default), ("erf", aten.erf.default), ("log1p", aten.log1p.default),
+    ("expm1", aten.expm1.default),
+]:
+    _unary(_name, _op)
+
+
+@register_pointwise(aten.log10.default)
+def log10(ctx: LoweringContext, self: Any) -> Expr:
+    (x,) = _operands(ctx, self)
+    return op("mul", op("log2", x), Constant(math.log10(2.0), x.dtype))
+
+
+@register_pointwise(aten.tan.default)
+def tan(ctx: LoweringContext, self: Any) -> Expr:
+    (x,) = _operands(ctx, self)
+    return op("truediv", op("sin", x), op("cos", x))
+
+
+def _rounding(name: str, aten_op: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any) -> Expr:
+        (x,) = _operands(ctx, self)
+        if not x.dtype.is_floating_point:
+            return x
+        if name == "trunc":
+            return _trunc(x)
+        return op(name, x)
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(aten_op)(lower)
+
+
+_rounding("floor", aten.floor.default)
+_rounding("ceil", aten.ceil.default)
+_rounding("trunc", aten.trunc.default)
+
+
+@register_pointwise(aten.round.default)
+def round_(ctx: LoweringContext, self: Any) -> Expr:
+    (x,) = _operands(ctx, self)
+    if not x.dtype.is_floating_point:
+        return x
+    # Round half to even, as eager does: floor(x + 0.5), then step back on odd ties.
+    half = Constant(0.5, x.dtype)
+    r = op("floor", op("add", x, half))
+    tie = op("eq", op("sub", r, x), half, dtype=torch.bool)
+    odd = op("ne", op("fmod", r, Constant(2.0, x.dtype)), Constant(0.0, x.dtype), dtype=torch.bool)
+    return op("where", op("logical_and", tie, odd, dtype=torch.bool), op("sub", r, Constant(1.0, x.dtype)), r)
+
+
+@register_pointwise(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_(ctx: LoweringContext, self: Any, exponent: Any) -> Expr:
+    dtype = _compute(ctx)
+    x = ctx.value(self, dtype)
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+        special = {2: lambda: op("mul", x, x), 3: lambda: op("mul", op("mul", x, x), x), 1: lambda: x}
+        if exponent in special:
+            return special[exponent]()
+        if exponent == 0:
+            return Constant(ir._convert_scalar(1, dtype), dtype)
+        if dtype.is_floating_point:
+            if exponent == 0.5:
+                return op("sqrt", x)
+            if exponent == -0.5:
+                return op("rsqrt", x)
+            if exponent == -1:
+                return op("truediv", Constant(1.0, dtype), x)
+            if exponent == -2:
+                return op("truediv", Constant(1.0, dtype), op("mul", x, x))
+    if not dtype.is_floating_point:
+        raise Unsupported("integer pow with a general exponent")
+    y = ctx.value(exponent, dtype)
+    return _general_pow(x, y)
+
+
+def _general_pow(x: Expr, y: Expr) -> Expr:
+    """x ** y for floats through exp2(y * log2|x|), with the sign and zero cases of C's pow."""
+    dt = x.dtype
+    zero, one = Constant(0.0, dt), Constant(1.0, dt)
+    magnitude = op("exp2", op("mul", y, op("log2", op("abs", x))))
+    y_is_int = op("eq", op("floor", y), y, dtype=torch.bool)
+    y_is_odd = op("ne", op("fmod", y, Constant(2.0, dt)), zero, dtype=torch.bool)
+    negative_base = op("lt", x, zero, dtype=torch.bool)
+    signed = op("where", y_is_odd, op("neg", magnitude), magnitude)
+    result = op("where", negative_base, op("where", y_is_int, signed, Constant(math.nan, dt)), magnitude)
+    return op("where", op("eq", y, zero, dtype=torch.bool), one, result)
+
+
+# ----------------------------------------------------------------- comparisons and logic
+
+
+def _comparison(name: str, *aten_ops: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+        dtype = ir.compute_dtype(ctx.result_type(self, other))
+        return op(name, ctx.value(self, dtype), ctx.value(other, dtype), dtype=torch.bool)
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(*aten_ops)(lower)
+
+
+_comparison("eq", aten.eq.Tensor, aten.eq.Scalar)
+_comparison("ne", aten.ne.Tensor, aten.ne.Scalar)
+_comparison("lt", aten.lt.Tensor, aten.lt.Scalar)
+_comparison("le", aten.le.Tensor, aten.le.Scalar)
+_comparison("gt", aten.gt.Tensor, aten.gt.Scalar)
+_comparison("ge", aten.ge.Tensor, aten.ge.Scalar)
+
+
+def _logical(name: str, *aten_ops: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+        return op(name, ctx.value(self, torch.bool), ctx.value(other, torch.bool), dtype=torch.bool)
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(*aten_ops)(lower)
+
+
+_logical("logical_and", aten.logical_and.default)
+_logical("logical_or", aten.logical_or.default)
+_logical("logical_xor", aten.logical_xor.default)
+
+
+@register_pointwise(aten.logical_not.default)
+def logical_not(ctx: LoweringContext, self: Any) -> Expr:
+    return op("logical_not", ctx.value(self, torch.bool), dtype=torch.bool)
+
+
+def _bitwise(name: str, logical: str, *aten_ops: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+        if ctx.dtype == torch.bool:
+            return op(logical, ctx.value(self, torch.bool), ctx.value(other, torch.bool), dtype=torch.bool)
+        if ctx.dtype.is_floating_point:
+            raise Unsupported("bitwise op on floats")
+        return op(name, *_operands(ctx, self, other))
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(*aten_ops)(lower)
+
+
+_bitwise("bitwise_and", "logical_and", aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
+_bitwise("bitwise_or", "logical_or", aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+_bitwise("bitwise_xor", "logical_xor", aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+
+
+@register_pointwise(aten.bitwise_not.default)
+def bitwise_not(ctx: LoweringContext, self: Any) -> Expr:
+    if ctx.dtype == torch.bool:
+        return op("logical_not", ctx.value(self, torch.bool), dtype=torch.bool)
+    return op("bitwise_not", *_operands(ctx, self))
+
+
+@register_pointwise(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(ctx: LoweringContext, condition: Any, self: Any, other: Any) -> Expr:
+    dtype = _compute(ctx) if ctx.dtype != torch.bool else torch.bool
+    return op("where", ctx.value(condition, torch.bool), ctx.value(self, dtype), ctx.value(other, dtype), dtype=dtype)
+
+
+def _float_test(name: str, aten_op: Any) -> None:
+    def lower(ctx: LoweringContext, self: Any) -> Expr:
+        if not self.dtype.is_floating_point:
+            return Constant(False, torch.bool)
+        x = ctx.value(self, ir.compute_dtype(self.dtype))
+        return op(name, x, dtype=torch.bool)
+
+    lower.__name__ = f"lower_{name}"
+    register_pointwise(aten_op)(lower)
+
+
+_float_test("isnan", aten.isnan.default)
+_float_test("isinf", aten.isinf.default)
+
+
+# --------------------------------------------------------------- copies, casts, constants
+
+
+@register_pointwise(aten.clone.default)
+def clone(ctx: LoweringContext, self: Any, memory_format: Any = None) -> Expr:
+    return ctx.load(self)
+
+
+@register_pointwise(aten._to_copy.default)
+def to_copy(
+    ctx: LoweringContext, self: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+    pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None,
+) -> Expr:
+    if device is not None and torch.device(device) != ctx.device:
+        raise Unsupported("copy to another device")
+    return ctx.value(self, ctx.dtype)
+
+
+@register_pointwise(prims.convert_element_type.default)
+def convert_element_type(ctx: LoweringContext, a: Any, dtype: Any) -> Expr:
+    return ctx.value(a, ctx.dtype)
+
+
+@register_pointwise(aten.copy.default)
+def copy(ctx: LoweringContext, self: Any, src: Any, non_blocking: bool = False) -> Expr:
+    return ctx.value(src, ctx.dtype)
+
+
+@register_pointwise(aten.lift_fresh_copy.default)
+def lift_fresh_copy(ctx: LoweringContext, self: Any) -> Expr:
+    return ctx.load(self)
+
+
+def _factory_device_ok(ctx: LoweringContext, device: Any) -> None:
+    if device is not None and torch.device(device) != ctx.device:
+        raise Unsupported("constant on another device")
+
+
+@register_pointwise(aten.full.default)
+def full(
+    ctx: LoweringContext, size: Any, fill_value: Any, dtype: Any = None, layout: Any = None,
+    device: Any = None, pin_memory: Any = None,
+) -> Expr:
+    _factory_device_ok(ctx, device)
+    return Constant(ir._convert_scalar(fill_value, ctx.dtype), ctx.dtype)
+
+
+@register_pointwise(aten.scalar_tensor.default)
+def scalar_tensor(
+    ctx: LoweringContext, s: Any, dtype: Any = None, layout: Any = None, device: Any = None,
+    pin_memory: Any = None,
+) -> Expr:
+    _factory_device_ok(ctx, device)
+    return Constant(ir._convert_scalar(s, ctx.dtype), ctx.dtype)
+
+
+@register_pointwise(aten.fill.Scalar)
+def fill(ctx: LoweringContext, self: Any, value: Any) -> Expr:
+    return Constant(ir._convert_scalar(value, ctx.dtype), ctx.dtype)
+
+
+@register_pointwise(aten.arange.start_step)
+def arange(
+    ctx: LoweringContext, start: Any, end: Any, step: Any = 1, dtype: Any = None, layout: Any = None,
+    device: Any = None, pin_memory: Any = None,
+) -> Expr:
+    _factory_device_ok(ctx, device)
+    dt = _compute(ctx)
+    index = ir.IndexValue(ctx.vars[0], torch.int64)
+    value = op("add", op("mul", cast(index, dt), Constant(ir._convert_scalar(step, dt), dt)),
+               Constant(ir._convert_scalar(start, dt), dt))
+    return value

@@ -1,0 +1,54 @@
+"""Counters a user reads to see what the backend did: ``fusebackend.metrics``.
+
+``graphs_compiled``, ``kernels_generated``, ``fallbacks`` (ATen ops left as extern calls, by op
+name), ``eager_graphs`` (whole graphs run eagerly after a failure), ``cache_hits`` (compiled
+graphs and kernels found in a cache) and ``stage_seconds`` (compile time per pipeline stage).
+``reset()`` zeroes them all.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+from typing import Iterator
+
+graphs_compiled: int = 0
+kernels_generated: int = 0
+eager_graphs: int = 0
+cache_hits: int = 0
+fallbacks: collections.Counter[str] = collections.Counter()
+stage_seconds: collections.Counter[str] = collections.Counter()
+
+
+def reset() -> None:
+    global graphs_compiled, kernels_generated, eager_graphs, cache_hits
+    graphs_compiled = 0
+    kernels_generated = 0
+    eager_graphs = 0
+    cache_hits = 0
+    fallbacks.clear()
+    stage_seconds.clear()
+
+
+@contextlib.contextmanager
+def timed(stage: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stage_seconds[stage] += time.perf_counter() - start
+
+
+def summary() -> str:
+    lines = [
+        f"graphs compiled:    {graphs_compiled}",
+        f"kernels generated:  {kernels_generated}",
+        f"graphs run eagerly: {eager_graphs}",
+        f"cache hits:         {cache_hits}",
+    ]
+    if fallbacks:
+        lines.append("ATen fallbacks:     " + ", ".join(f"{k} x{v}" for k, v in fallbacks.most_common()))
+    if stage_seconds:
+        lines.append("compile seconds:    " + ", ".join(f"{k} {v:.3f}" for k, v in stage_seconds.items()))
+    return "\n".join(lines)

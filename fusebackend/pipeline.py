@@ -1,0 +1,98 @@
+"""``compile_graph``: the whole path from an ATen FX graph to a runnable function, one stage a line."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from fusebackend import codegen, dump, ir, lowering, metrics, scheduler
+from fusebackend.config import use_interpreter
+from fusebackend.kernels import runtime
+
+
+@dataclasses.dataclass
+class CompiledGraph:
+    call: Callable[[list[Any]], Any]
+    artifacts: dump.CompiledArtifacts
+
+
+def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> CompiledGraph:
+    """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints)."""
+    seconds: dict[str, float] = {}
+    with _stage("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
+        graph, moved = lowering.lower(gm, args, name)
+    _check_device(graph.device)
+    with _stage("verify", seconds):  # the IR's invariants
+        ir.verify(graph)
+    with _stage("schedule", seconds):  # fusion groups by bytes saved, in execution order
+        sched = scheduler.schedule(graph)
+    with _stage("codegen", seconds):  # Triton source per group, Python wrapper per graph
+        kernels = [codegen.generate(plan, k) for k, plan in enumerate(sched.kernels)]
+        wrapper = codegen.generate_wrapper(sched, kernels, moved)
+    with _stage("load", seconds):  # import kernels and wrapper from the cache folder
+        call = _load(wrapper, kernels, name)
+    metrics.graphs_compiled += 1
+    metrics.kernels_generated += len(kernels)
+    artifacts = dump.CompiledArtifacts(
+        name=name,
+        aten_graph=gm.code,
+        ir=str(graph),
+        fused_ir=_fused_ir(sched, kernels),
+        schedule=sched.report(),
+        kernels={k.name: k.source for k in kernels},
+        wrapper=wrapper.source,
+        stage_seconds=seconds,
+    )
+    dump.record(artifacts)
+    return CompiledGraph(call, artifacts)
+
+
+class _stage:
+    def __init__(self, name: str, seconds: dict[str, float]) -> None:
+        self.name, self.seconds = name, seconds
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: Any) -> None:
+        elapsed = time.perf_counter() - self.start
+        self.seconds[self.name] = elapsed
+        metrics.stage_seconds[self.name] += elapsed
+
+
+def _check_device(device: torch.device) -> None:
+    interpret = use_interpreter()
+    if (device.type == "cuda" and not interpret) or (device.type == "cpu" and interpret):
+        return
+    raise lowering.Unsupported(
+        f"this graph's tensors are on {device}, and kernels run "
+        + ("in Triton's interpreter on CPU tensors" if interpret else "on CUDA tensors")
+        + " (FUSE_INTERPRET chooses)"
+    )
+
+
+def _load(wrapper: codegen.WrapperSource, kernels: list[codegen.KernelSource], name: str) -> Callable:
+    module = runtime.load_module(wrapper.source, f"wrapper_{name}", shared=False)
+    for k in kernels:
+        setattr(module, k.name, runtime.load_kernel(k.name, k.source))
+    for cname, value in wrapper.constants.items():
+        setattr(module, cname, value)
+    return module.call
+
+
+def _fused_ir(sched: scheduler.Schedule, kernels: list[codegen.KernelSource]) -> str:
+    lines = []
+    for kernel in kernels:
+        stored = {b.name for b in kernel.plan.stored}
+        lines.append(f"kernel {kernel.name}:")
+        for node in kernel.plan.nodes:
+            tag = "stored" if node.name in stored else "in registers"
+            text = ir.format_node(node).replace("\n", "\n      ")
+            lines.append(f"    [{tag}] {text}")
+    for step in sched.steps:
+        if isinstance(step, scheduler.ExternCall):
+            lines.append(f"extern: {ir.format_node(step.node)}")
+    return "\n".join(lines)

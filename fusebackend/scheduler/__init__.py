@@ -1,0 +1,104 @@
+"""Scheduler: IRGraph -> Schedule, an ordered list of kernel plans and extern calls.
+
+``schedule(graph)`` fuses nodes (``fusion.py``) by the bytes each fusion saves
+(``cost_model.py``) and orders the groups. Each ``KernelPlan`` names its nodes, the buffers it
+must store (read outside the group or returned by the graph) and its byte accounting; the
+``Schedule`` keeps every fusion taken and every one refused, with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fusebackend import ir
+from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
+from fusebackend.scheduler.fusion import Decision, Refusal, fuse
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelPlan:
+    nodes: tuple[ir.Node, ...]
+    stored: tuple[ir.Buffer, ...]
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExternCall:
+    node: ir.Extern
+
+
+Step = KernelPlan | ExternCall
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    graph: ir.IRGraph
+    steps: tuple[Step, ...]
+    decisions: tuple[Decision, ...]
+    refusals: tuple[Refusal, ...]
+    floor_bytes: int
+
+    @property
+    def kernels(self) -> list[KernelPlan]:
+        return [s for s in self.steps if isinstance(s, KernelPlan)]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(k.bytes_read + k.bytes_written for k in self.kernels)
+
+    def report(self) -> str:
+        lines = [f"schedule of {self.graph.name}: {len(self.kernels)} kernels, "
+                 f"{sum(isinstance(s, ExternCall) for s in self.steps)} extern calls"]
+        k = 0
+        for step in self.steps:
+            if isinstance(step, KernelPlan):
+                lines.append(
+                    f"  kernel {k}: {', '.join(step.names)}"
+                    f"  | read {_fmt(step.bytes_read)}, write {_fmt(step.bytes_written)}"
+                    f"  | stores {', '.join(b.name for b in step.stored) or 'nothing'}"
+                )
+                k += 1
+            else:
+                lines.append(f"  extern {step.node.name}: {step.node.op}")
+        lines.append(
+            f"  total kernel traffic {_fmt(self.total_bytes)} against a floor of "
+            f"{_fmt(self.floor_bytes)} (graph inputs read once, outputs written once)"
+        )
+        if self.decisions:
+            lines.append("  fusions taken:")
+            lines.extend(f"    {d}" for d in self.decisions)
+        if self.refusals:
+            lines.append("  fusions refused:")
+            lines.extend(f"    {r}" for r in self.refusals)
+        return "\n".join(lines)
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def schedule(graph: ir.IRGraph) -> Schedule:
+    model = TrafficModel(graph)
+    groups, decisions, refusals = fuse(graph, model)
+    steps: list[Step] = []
+    for g in groups.topological():
+        members = groups.members[g]
+        nodes = tuple(groups.nodes[n] for n in members)
+        if len(nodes) == 1 and isinstance(nodes[0], ir.Extern):
+            steps.append(ExternCall(nodes[0]))
+            continue
+        read, written = model.traffic(members)
+        stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))
+        steps.append(KernelPlan(nodes, stored, read, written))
+    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), graph_floor(graph, model.readers))
+
+
+__all__ = ["schedule", "Schedule", "KernelPlan", "ExternCall"]

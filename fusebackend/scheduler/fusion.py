@@ -1,0 +1,185 @@
+"""Fusion: group IR nodes into kernels, greedily by the bytes each fusion saves.
+
+Every Pointwise or Reduction node starts as its own group; externs stay alone. Candidates are
+pairs of groups where one reads what the other writes (vertical) or both read one buffer
+(horizontal). Each candidate is checked for legality (``why_not``), scored by
+``cost_model.TrafficModel.bytes_saved`` and the best legal one is merged, until no candidate
+saves bytes. Every refusal is kept with its reason for the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from typing import Iterable
+
+from fusebackend import ir
+from fusebackend.config import config
+from fusebackend.scheduler.cost_model import TrafficModel
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{'+'.join(self.first)} x {'+'.join(self.second)}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    first: tuple[str, ...]
+    second: tuple[str, ...]
+    kind: str
+    bytes_saved: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {'+'.join(self.first)} <- {'+'.join(self.second)} saves {self.bytes_saved} B"
+
+
+class Groups:
+    """Union of nodes into groups, with the dependency edges between groups."""
+
+    def __init__(self, graph: ir.IRGraph) -> None:
+        self.order = {n.name: k for k, n in enumerate(graph.nodes)}
+        self.nodes = ir.nodes_by_name(graph.nodes)
+        self.members: dict[str, list[str]] = {n.name: [n.name] for n in graph.nodes}
+        self.group_of: dict[str, str] = {n.name: n.name for n in graph.nodes}
+        producers = {b.name: n.name for n in graph.nodes for b in ir.written_buffers(n)}
+        self.succ: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+        self.pred: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+        barrier: str | None = None
+        seen: list[str] = []
+        for node in graph.nodes:
+            deps = {producers[v.buffer.name] for v in node.reads() if v.buffer.name in producers}
+            if barrier is not None:
+                deps.add(barrier)
+            if isinstance(node, ir.Extern) and node.mutates:
+                deps.update(seen)  # a mutation waits for every earlier node, and blocks later ones
+                barrier = node.name
+            for d in deps:
+                self.succ[d].add(node.name)
+                self.pred[node.name].add(d)
+            seen.append(node.name)
+
+    def group_succ(self, g: str) -> set[str]:
+        return {self.group_of[s] for n in self.members[g] for s in self.succ[n]} - {g}
+
+    def group_pred(self, g: str) -> set[str]:
+        return {self.group_of[p] for n in self.members[g] for p in self.pred[n]} - {g}
+
+    def reaches(self, src: str, dst: str, skip_direct: bool) -> bool:
+        """Is there a path src -> ... -> dst (through another group when ``skip_direct``)?"""
+        limit = max(self.order[n] for n in self.members[dst])
+        stack = [s for s in self.group_succ(src) if not (skip_direct and s == dst)]
+        seen = set(stack)
+        while stack:
+            g = stack.pop()
+            if g == dst:
+                return True
+            if min(self.order[n] for n in self.members[g]) > limit:
+                continue
+            for s in self.group_succ(g):
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
+
+    def merge(self, a: str, b: str) -> str:
+        keep, gone = (a, b) if self.order[a] <= self.order[b] else (b, a)
+        self.members[keep] = sorted(self.members[keep] + self.members.pop(gone), key=self.order.get)
+        for n in self.members[keep]:
+            self.group_of[n] = keep
+        return keep
+
+    def topological(self) -> list[str]:
+        """Groups in an order that respects dependencies, staying close to the graph's order."""
+        indeg = {g: len(self.group_pred(g)) for g in self.members}
+        ready = [(min(self.order[n] for n in self.members[g]), g) for g, d in indeg.items() if d == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, g = heapq.heappop(ready)
+            out.append(g)
+            for s in self.group_succ(g):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, (min(self.order[n] for n in self.members[s]), s))
+        assert len(out) == len(self.members), "fusion created a cycle"
+        return out
+
+
+def iteration_numel(node: ir.Node) -> int:
+    if isinstance(node, ir.Reduction):
+        import math
+
+        return node.buffer.numel * math.prod(node.reduction_ranges)
+    assert isinstance(node, ir.Pointwise)
+    return node.buffer.numel
+
+
+def why_not(groups: Groups, a: str, b: str) -> str | None:
+    """None when groups a and b may become one kernel, otherwise the reason they may not."""
+    na = [groups.nodes[n] for n in groups.members[a]]
+    nb = [groups.nodes[n] for n in groups.members[b]]
+    if any(isinstance(n, ir.Extern) for n in na + nb):
+        return "extern call"
+    if len(na) + len(nb) > config.max_fusion_size:
+        return f"group would exceed {config.max_fusion_size} nodes"
+    if any(isinstance(n, ir.Reduction) for n in na + nb):
+        return "reductions do not fuse yet"
+    numels = {iteration_numel(n) for n in na + nb}
+    if len(numels) > 1:
+        return f"iteration spaces differ ({' vs '.join(map(str, sorted(numels)))} elements)"
+    if groups.reaches(a, b, skip_direct=True) or groups.reaches(b, a, skip_direct=True):
+        return "a node outside both depends on one and feeds the other (cycle)"
+    return None
+
+
+def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision], list[Refusal]]:
+    groups = Groups(graph)
+    decisions: list[Decision] = []
+    refusals: dict[tuple[str, str], Refusal] = {}
+    if not config.fusion:
+        return groups, decisions, []
+    while True:
+        best: tuple[int, str, str, str] | None = None
+        for a, b, kind in _candidates(groups, model):
+            saved = model.bytes_saved(groups.members[a], groups.members[b])
+            if saved <= 0 or (best is not None and saved <= best[0]):
+                continue
+            reason = why_not(groups, a, b)
+            if reason is not None:
+                key = (a, b)
+                refusals[key] = Refusal(tuple(groups.members[a]), tuple(groups.members[b]), reason)
+                continue
+            best = (saved, a, b, kind)
+        if best is None:
+            break
+        saved, a, b, kind = best
+        decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), kind, saved))
+        groups.merge(a, b)
+    # Keep only refusals between groups that survived (earlier ones were superseded by merges).
+    final = {
+        (groups.group_of[r.first[0]], groups.group_of[r.second[0]]): r for r in refusals.values()
+    }
+    kept = [r for (a, b), r in final.items() if a != b]
+    return groups, decisions, kept
+
+
+def _candidates(groups: Groups, model: TrafficModel) -> Iterable[tuple[str, str, str]]:
+    seen: set[tuple[str, str]] = set()
+    for g in list(groups.members):
+        for s in groups.group_succ(g):
+            if (g, s) not in seen:
+                seen.add((g, s))
+                yield g, s, "vertical"
+    for readers in model.readers.values():
+        owners = sorted({groups.group_of[r] for r in readers}, key=groups.order.get)
+        for i, a in enumerate(owners):
+            for b in owners[i + 1 : i + 8]:  # bounded: a buffer read by many nodes
+                if (a, b) not in seen and (b, a) not in seen:
+                    seen.add((a, b))
+                    yield a, b, "horizontal"
