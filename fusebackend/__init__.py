@@ -8,10 +8,11 @@ compilation produced (IR, schedule, kernels, wrapper) and ``fusebackend.metrics`
 kernels and ATen fallbacks. ``fusebackend.config`` holds every option.
 """
 
-from fusebackend.config import config
+from fusebackend.config import config, use_interpreter
 from fusebackend import metrics
 from fusebackend.backend import fuse
+from fusebackend import dump
 from fusebackend.dump import CompiledArtifacts, history, last as last_compiled
 
-__all__ = ["config", "metrics", "fuse", "last_compiled", "history", "CompiledArtifacts"]
+__all__ = ["config", "use_interpreter", "metrics", "dump", "fuse", "last_compiled", "history", "CompiledArtifacts"]
 __version__ = "0.1.0"

@@ -48,9 +48,10 @@ class _Entry:
 class FusedGraph:
     """A graph from AOTAutograd, compiled per input signature; called with a list of inputs."""
 
-    _boxed_call = True
-
     def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+        # Called with one list of inputs that it may clear (AOTAutograd's boxed convention); an
+        # instance attribute, so that wrappers made with functools.wraps carry it too.
+        self._boxed_call = True
         self.gm = gm
         self.name = name
         self.cache: dict[tuple, _Entry] = {}

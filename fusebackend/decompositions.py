@@ -28,7 +28,7 @@ _EXTRA = [
     aten._native_batch_norm_legit_no_training, aten.native_batch_norm_backward,
     aten.addcmul, aten.addcdiv, aten.lerp, aten.rsub,
     aten.nll_loss_forward, aten.nll_loss_backward, aten.mse_loss, aten.mse_loss_backward,
-    aten.logsumexp, aten.var_mean, aten.rms_norm,
+    aten.logsumexp, aten.rms_norm,
 ]
 
 _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}

@@ -1,0 +1,23 @@
+"""Test set-up: kernels are written to a per-session cache folder; each test starts clean."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("FUSE_CACHE_DIR", os.path.join(tempfile.gettempdir(), "fusebackend-test-cache"))
+
+import torch  # noqa: E402
+
+import fusebackend  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state():
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    fusebackend.dump.clear()
+    torch.manual_seed(0)
+    yield
