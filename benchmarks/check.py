@@ -1,0 +1,123 @@
+"""Checking a compiled variant's outputs against eager's.
+
+``compare(actual, expected)`` walks both output structures, requires the same tensor count,
+shapes and dtypes, equal integer outputs, NaN and infinity in the same places, and for floating
+outputs a normwise relative difference within the dtype's tolerance plus a gross elementwise
+bound. It returns the largest normwise difference, which the report shows as ``err``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+
+def tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors in a nested structure of tuples, lists and dicts, in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in tensors(item)]
+    if isinstance(obj, dict):
+        return [t for item in obj.values() for t in tensors(item)]
+    return []
+
+
+# Per dtype: (normwise, elementwise). Normwise: ||out - eager|| / ||eager|| must not exceed it.
+# Half types are computed in fp32 by the backends and rounded once while eager rounds after every
+# op, so they differ by a few units in the last place; fp32 reductions (a training step's
+# gradients) sum in a different order, which costs up to a few 1e-5. Elementwise is a gross check
+# that catches a few wrong or unwritten elements a norm hides: |out - eager| <= tol * (|eager| + rms).
+TOLERANCE: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-8),
+    torch.float32: (1e-4, 1e-3),
+    torch.float16: (5e-3, 5e-2),
+    torch.bfloat16: (2e-2, 1e-1),
+}
+_CHUNK = 1 << 24  # elements compared at a time, to bound the temporaries of the large cases
+
+
+class Mismatch(Exception):
+    """A compiled output differs from eager beyond tolerance (or in structure, shape or dtype)."""
+
+
+def compare(actual: Any, expected: Any) -> tuple[float, list[str]]:
+    """Check ``actual`` against eager's ``expected``; return the largest normwise relative error
+    over all floating-point outputs, and notes (such as a different memory layout).
+
+    Raises ``Mismatch`` with the reason when they differ.
+    """
+    got, want = tensors(actual), tensors(expected)
+    if len(got) != len(want):
+        raise Mismatch(f"{len(got)} output tensors, eager has {len(want)}")
+    worst, notes = 0.0, []
+    for i, (a, e) in enumerate(zip(got, want)):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            raise Mismatch(f"output {i}: {describe(a)}, eager {describe(e)}")
+        if a.stride() != e.stride() and a.numel() > 1:
+            notes.append(f"output {i} strides {a.stride()} (eager {e.stride()})")
+        if not e.dtype.is_floating_point:
+            if not torch.equal(a, e):
+                raise Mismatch(f"output {i} ({describe(e)}) differs")
+            continue
+        worst = max(worst, _compare_float(i, a.detach(), e.detach()))
+    return worst, notes
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill a contiguous stretch of memory, in some dimension order."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda ss: ss[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _flatten(a: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both as 1-D, element for element: views in memory order when they share one dense layout
+    (no copy of a large tensor), else copies in logical order."""
+    if a.stride() == e.stride() and _is_dense(e):
+        return a.as_strided((a.numel(),), (1,)), e.as_strided((e.numel(),), (1,))
+    return a.reshape(-1), e.reshape(-1)
+
+
+def _compare_float(i: int, a: torch.Tensor, e: torch.Tensor) -> float:
+    norm_tol, elem_tol = TOLERANCE.get(e.dtype, TOLERANCE[torch.float32])
+    fa, fe = _flatten(a, e)
+    n = fe.numel()
+    diff_sq = ref_sq = 0.0
+    for start in range(0, n, _CHUNK):
+        ca, ce = fa[start:start + _CHUNK].double(), fe[start:start + _CHUNK].double()
+        if not torch.equal(ca.isnan(), ce.isnan()):
+            raise Mismatch(f"output {i}: NaN where eager has none, or the reverse")
+        inf = ce.isinf() | ca.isinf()
+        if not torch.equal(ca[inf], ce[inf]):
+            raise Mismatch(f"output {i}: infinities differ from eager")
+        finite = ce.isfinite()
+        ce, ca = ce[finite], ca[finite]
+        diff_sq += float((ca - ce).square().sum())
+        ref_sq += float(ce.square().sum())
+    rel = math.sqrt(diff_sq) / max(math.sqrt(ref_sq), 1e-30) if diff_sq else 0.0
+    if rel > norm_tol:
+        raise Mismatch(f"output {i} ({describe(e)}): ||out - eager|| / ||eager|| = {rel:.2e} > {norm_tol:.0e}")
+    rms = math.sqrt(ref_sq / max(n, 1))
+    for start in range(0, n, _CHUNK):
+        ca, ce = fa[start:start + _CHUNK].double(), fe[start:start + _CHUNK].double()
+        finite = ce.isfinite()
+        excess = (ca - ce).abs() - elem_tol * (ce.abs() + rms)
+        bad = int((excess[finite] > 0).sum())
+        if bad:
+            raise Mismatch(f"output {i} ({describe(e)}): {bad} elements off by more than "
+                           f"{elem_tol:g} x (|eager| + rms) though the norm agrees")
+    return rel
+
+
+def describe(t: torch.Tensor) -> str:
+    """``bf16[8192, 8192]`` style, with ``cl`` for channels-last 4-D tensors."""
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}.get(
+        t.dtype, str(t.dtype).replace("torch.", ""))
+    layout = " cl" if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last) else ""
+    return f"{dtype}[{', '.join(map(str, t.shape))}]{layout}"

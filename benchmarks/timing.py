@@ -1,0 +1,89 @@
+"""Timing on a GPU or a CPU, and the copy bandwidth that sets the floor of memory-bound cases.
+
+On a GPU, ``median_ms`` is ``triton.testing.do_bench``'s median: CUDA events around each call,
+the L2 cache flushed between calls (outside the timed region), warm-up first. On a CPU it is the
+median of ``time.perf_counter`` around each of a few calls after a warm-up call. Either way the
+region holds exactly one call of the function given, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingConfig:
+    """GPU: do_bench's warm-up and repetition budgets (milliseconds). CPU: untimed warm-up calls
+    and timed calls (the harness always calls a step once on the timing inputs before timing it)."""
+
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    cpu_warmup: int = 0
+    cpu_repeats: int = 3
+
+    def method(self, device: torch.device) -> str:
+        if device.type == "cuda":
+            return (f"triton.testing.do_bench median (warmup {self.warmup_ms:g} ms, rep {self.rep_ms:g} ms, "
+                    f"CUDA events per call, L2 flushed between calls)")
+        return (f"time.perf_counter median of {self.cpu_repeats} calls, after the check call"
+                + (f" and {self.cpu_warmup} more warm-up calls" if self.cpu_warmup else ""))
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], Any], device: torch.device, timing: TimingConfig) -> float:
+    """Median wall time of one ``fn()`` in milliseconds; on a GPU, device time between events."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return float(triton.testing.do_bench(fn, warmup=timing.warmup_ms, rep=timing.rep_ms, return_mode="median"))
+    for _ in range(timing.cpu_warmup):
+        fn()
+    samples = []
+    for _ in range(timing.cpu_repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def timed_call(fn: Callable[..., Any], inputs: Sequence[Any], device: torch.device) -> tuple[Any, float]:
+    """One synchronized call: its outputs and its wall time in seconds."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn(*inputs)
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyBandwidth:
+    nbytes: int  # size of the tensor copied; the copy moves twice this (read + write)
+    median_ms: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        return 2 * self.nbytes / (self.median_ms * 1e-3)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int, timing: TimingConfig) -> CopyBandwidth:
+    """Measure device-to-device copy bandwidth: ``dst.copy_(src)`` of ``nbytes`` (random data)."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    return CopyBandwidth(nbytes, median_ms(lambda: dst.copy_(src), device, timing))
+
+
+def free_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
