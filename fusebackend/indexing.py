@@ -200,7 +200,7 @@ def unravel(flat: sympy.Expr, sizes: Sequence[int], strides: Sequence[int]) -> l
     """
     out: list[sympy.Expr] = []
     for size, stride in zip(sizes, strides):
-        if size == 1:
+        if size <= 1:  # a size-1 dim is always 0; a size-0 one is never reached
             out.append(sympy.Integer(0))
         else:
             out.append(ModIdx(FloorDiv(flat, stride), size))

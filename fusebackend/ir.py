@@ -130,6 +130,24 @@ class Load:
 
 
 @dataclasses.dataclass(frozen=True)
+class IndirectLoad:
+    """A load whose index along ``dim`` is a value computed at run time (gather).
+
+    ``index`` has one entry per view dim; the entry at ``dim`` is unused. ``position`` is an
+    integer expression that must lie in [0, size of ``dim``).
+    """
+
+    view: View
+    index: tuple[sympy.Expr, ...]
+    dim: int
+    position: "Expr"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.view.dtype
+
+
+@dataclasses.dataclass(frozen=True)
 class Constant:
     value: Union[bool, int, float]
     dtype: torch.dtype
@@ -140,6 +158,14 @@ class IndexValue:
     """An index expression used as a value (arange, iota)."""
 
     index: sympy.Expr
+    dtype: torch.dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """A value codegen has already computed (a temporary's name); lowering never makes one."""
+
+    name: str
     dtype: torch.dtype
 
 
@@ -157,7 +183,7 @@ class Op:
             raise ValueError(f"IR op {self.name} takes {arity} args, got {len(self.args)}")
 
 
-Expr = Union[Load, Constant, IndexValue, Op]
+Expr = Union[Load, IndirectLoad, Constant, IndexValue, Rendered, Op]
 
 
 def cast(x: Expr, dtype: torch.dtype) -> Expr:
@@ -203,10 +229,12 @@ def walk(expr: Expr) -> Iterator[Expr]:
     if isinstance(expr, Op):
         for a in expr.args:
             yield from walk(a)
+    elif isinstance(expr, IndirectLoad):
+        yield from walk(expr.position)
 
 
-def loads(expr: Expr) -> list[Load]:
-    return [e for e in walk(expr) if isinstance(e, Load)]
+def loads(expr: Expr) -> list[Load | IndirectLoad]:
+    return [e for e in walk(expr) if isinstance(e, (Load, IndirectLoad))]
 
 
 def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
@@ -216,6 +244,8 @@ def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         if expr.name == "to":
             return cast(new_args[0], expr.dtype)
         return Op(expr.name, new_args, expr.dtype)
+    if isinstance(expr, IndirectLoad):
+        expr = dataclasses.replace(expr, position=map_expr(expr.position, fn))
     replaced = fn(expr)
     return expr if replaced is None else replaced
 
@@ -226,6 +256,8 @@ def substitute_index(expr: Expr, mapping: dict[sympy.Symbol, sympy.Expr]) -> Exp
     def leaf(e: Expr) -> Expr | None:
         if isinstance(e, Load):
             return Load(e.view, tuple(sympy.sympify(i).xreplace(mapping) for i in e.index))
+        if isinstance(e, IndirectLoad):
+            return dataclasses.replace(e, index=tuple(sympy.sympify(i).xreplace(mapping) for i in e.index))
         if isinstance(e, IndexValue):
             return IndexValue(sympy.sympify(e.index).xreplace(mapping), e.dtype)
         return None
@@ -237,10 +269,16 @@ def format_expr(expr: Expr) -> str:
     if isinstance(expr, Load):
         idx = ", ".join(indexing.pexpr(i) for i in expr.index)
         return f"{expr.view}[{idx}]"
+    if isinstance(expr, IndirectLoad):
+        idx = [indexing.pexpr(i) for i in expr.index]
+        idx[expr.dim] = format_expr(expr.position)
+        return f"{expr.view}[{', '.join(idx)}]"
     if isinstance(expr, Constant):
         return repr(expr.value)
     if isinstance(expr, IndexValue):
         return f"index({indexing.pexpr(expr.index)})"
+    if isinstance(expr, Rendered):
+        return expr.name
     if expr.name == "to":
         return f"to_{dtype_name(expr.dtype)}({format_expr(expr.args[0])})"
     return f"{expr.name}({', '.join(format_expr(a) for a in expr.args)})"
@@ -269,17 +307,27 @@ class Pointwise:
         return [ld.view for ld in loads(self.body)]
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "welford_mean", "welford_m2")
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any")
 
 
 @dataclasses.dataclass(frozen=True)
 class Reduction:
-    """``buffer[i...] = reduce over r... of body``; the body sees both ``i`` and ``r`` variables."""
+    """``buffer[i...] = reduce over r... of body``; the body sees both ``i`` and ``r`` variables.
+
+    ``source_sizes`` is the shape of the tensor being reduced and ``source_index`` its index in
+    terms of the ``i`` and ``r`` variables (kept dims are ``i``, reduced dims ``r``). A
+    pointwise node of that shape can then share this reduction's kernel: its element at
+    ``source_index`` is computed in the same (row, column) iteration. ``body`` has the
+    accumulation dtype (fp32 for half inputs); argmax/argmin bodies give the values compared and
+    the buffer receives indices into the reduced dims (row-major).
+    """
 
     buffer: Buffer
     body: Expr
     reduction_ranges: tuple[int, ...]
     reduction_type: str
+    source_sizes: tuple[int, ...]
+    source_index: tuple[sympy.Expr, ...]
     origin: str
 
     def __post_init__(self) -> None:
@@ -293,6 +341,10 @@ class Reduction:
     @property
     def ranges(self) -> tuple[int, ...]:
         return self.buffer.sizes
+
+    @property
+    def reduction_numel(self) -> int:
+        return math.prod(self.reduction_ranges)
 
     def reads(self) -> list[View]:
         return [ld.view for ld in loads(self.body)]
@@ -410,7 +462,7 @@ def verify(graph: IRGraph) -> None:
             if isinstance(node, Reduction):
                 allowed |= set(indexing.loop_vars("r", len(node.reduction_ranges)))
             for e in walk(node.body):
-                if isinstance(e, Load):
+                if isinstance(e, (Load, IndirectLoad)):
                     assert len(e.index) == len(e.view.sizes), f"{node.name}: index rank mismatch"
                     for i in e.index:
                         free = sympy.sympify(i).free_symbols

@@ -14,9 +14,8 @@ from typing import Any
 import torch
 
 from fusebackend import ir
-from fusebackend.codegen.kernel import KernelSource
+from fusebackend.codegen.body import KernelSource
 from fusebackend.codegen.writer import LineWriter
-from fusebackend.kernels import runtime
 from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
@@ -125,9 +124,8 @@ def _launch(w: LineWriter, kernel: KernelSource) -> None:
         w.line(
             f"{buf.name} = empty_strided({buf.sizes}, {buf.strides}, dtype={buf.dtype}, device=device)"
         )
-    if kernel.numel == 0:
-        return
-    cfg = runtime.pointwise_config(kernel.numel)
-    grid = runtime.cdiv(kernel.numel, cfg["XBLOCK"])
-    options = ", ".join(f"{k}={v}" for k, v in cfg.items())
-    w.line(f"{kernel.name}[({grid},)]({', '.join(kernel.args)}, {kernel.numel}, {options})")
+    if kernel.grid == 0:
+        return  # nothing to compute: an empty output
+    sizes = ", ".join(map(str, kernel.sizes))
+    options = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
+    w.line(f"{kernel.name}[({kernel.grid},)]({', '.join(kernel.args)}, {sizes}, {options})")

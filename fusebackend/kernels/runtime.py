@@ -98,6 +98,26 @@ def pointwise_config(numel: int) -> dict[str, int]:
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
 
 
+def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int]:
+    """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row)."""
+    r = _next_pow2(max(rnumel, 1))
+    if use_interpreter():
+        # Programs run one after another in Python: big blocks, and rows up to 16K in one block
+        # (longer rows take the looped path, which the tests then exercise).
+        rblock = min(r, 1 << 14)
+        xblock = max(1, min(_next_pow2(max(xnumel, 1)), (1 << 15) // rblock))
+        return {"XBLOCK": xblock, "RBLOCK": rblock}
+    if not row_contiguous:
+        # column reduction: rows are contiguous across x, so tile wide in x and loop over r
+        rblock = min(r, 64)
+        return {"XBLOCK": 64, "RBLOCK": rblock, "num_warps": 8}
+    if r <= 8192:
+        rblock = r
+        xblock = max(1, min(_next_pow2(max(xnumel, 1)), 4096 // rblock))
+        return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": min(16, max(2, xblock * rblock // 512))}
+    return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 

@@ -61,6 +61,52 @@ def expm1(x):
 
 
 
+
+# Combine functions for tl.reduce (Triton's own tl.sum/tl.max are @jit library functions).
+
+
+@triton.jit
+def combine_sum(a, b):
+    return a + b
+
+
+@triton.jit
+def combine_prod(a, b):
+    return a * b
+
+
+@triton.jit
+def combine_max(a, b):
+    return maximum(a, b)
+
+
+@triton.jit
+def combine_min(a, b):
+    return minimum(a, b)
+
+
+@triton.jit
+def combine_any(a, b):
+    return a | b
+
+
+@triton.jit
+def combine_argmax(v1, i1, v2, i2):
+    # torch.argmax: NaN counts as the largest value; ties go to the lowest index.
+    n1 = v1 != v1
+    n2 = v2 != v2
+    first = (v1 > v2) | (n1 & (n2 == 0)) | (((v1 == v2) | (n1 & n2)) & (i1 < i2))
+    return tl.where(first, v1, v2), tl.where(first, i1, i2)
+
+
+@triton.jit
+def combine_argmin(v1, i1, v2, i2):
+    n1 = v1 != v1
+    n2 = v2 != v2
+    first = (v1 < v2) | (n1 & (n2 == 0)) | (((v1 == v2) | (n1 & n2)) & (i1 < i2))
+    return tl.where(first, v1, v2), tl.where(first, i1, i2)
+
+
 if use_interpreter():
 
     @triton.jit

@@ -1,7 +1,8 @@
 """Lowering: ATen FX graph -> IRGraph (see ``graph.py``); the op tables register on import."""
 
 from fusebackend.lowering import pointwise as _pointwise  # noqa: F401  (registers lowerings)
+from fusebackend.lowering import reductions as _reductions  # noqa: F401
 from fusebackend.lowering.graph import lower
-from fusebackend.lowering.registry import POINTWISE, REDUCTIONS, Unsupported
+from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported
 
-__all__ = ["lower", "POINTWISE", "REDUCTIONS", "Unsupported"]
+__all__ = ["lower", "POINTWISE", "COMPOSITE", "Unsupported"]

@@ -16,8 +16,9 @@ each output's sizes, strides, dtype and, for views, the offset into its base's s
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
@@ -25,7 +26,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics
-from fusebackend.lowering.registry import POINTWISE, REDUCTIONS, Unsupported, bind_arguments
+from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
 
 aten = torch.ops.aten
 
@@ -49,12 +50,18 @@ class TensorArg:
 class LoweringContext:
     """What a lowering sees: the output's layout and helpers to read arguments at its index."""
 
-    def __init__(self, out_meta: torch.Tensor, device: torch.device) -> None:
+    def __init__(
+        self,
+        out_meta: torch.Tensor,
+        device: torch.device,
+        index: Sequence[Any] | None = None,
+    ) -> None:
         self.out_meta = out_meta
         self.device = device
         self.sizes = tuple(out_meta.shape)
         self.dtype = out_meta.dtype
-        self.vars = indexing.loop_vars("i", len(self.sizes))
+        # the output's index: its own loop variables, or (inside a reduction) a given index
+        self.vars = tuple(index) if index is not None else indexing.loop_vars("i", len(self.sizes))
 
     def load(self, arg: TensorArg) -> ir.Expr:
         """``arg`` broadcast to the output's sizes and read at the output's index."""
@@ -91,6 +98,45 @@ class LoweringContext:
         return result
 
 
+def _accumulator_dtype(reduction_type: str, dtype: torch.dtype) -> torch.dtype:
+    if reduction_type == "any":
+        return torch.bool
+    return ir.compute_dtype(dtype)
+
+
+def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
+    if reduction_type == "sum":
+        return 0
+    if reduction_type == "prod":
+        return 1
+    if reduction_type == "any":
+        return False
+    big = math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
+    return -big if reduction_type == "max" else big
+
+
+def split_count(xnumel: int, rnumel: int) -> int:
+    """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
+
+    Depends only on the shapes, so CPU tests exercise the same kernels a GPU runs.
+    """
+    if rnumel < 65536 or xnumel >= 32:
+        return 1
+    return max(2, min(-(-rnumel // 8192), 512 // max(xnumel, 1)))
+
+
+def _check_matches(result: Any, out_meta: Any) -> None:
+    """A composite must produce exactly the sizes and dtypes ATen's meta function gives."""
+    got = pytree.tree_leaves(result)
+    want = pytree.tree_leaves(out_meta)
+    if len(got) != len(want):
+        raise Unsupported("composite lowering returned the wrong number of outputs")
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            if not isinstance(g, TensorArg) or tuple(g.sizes) != tuple(w.shape) or g.dtype != w.dtype:
+                raise Unsupported(f"composite lowering produced {getattr(g, 'sizes', g)} instead of {tuple(w.shape)} {w.dtype}")
+
+
 def is_view_op(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or not schema.returns:
@@ -114,6 +160,8 @@ class GraphLowering:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
         self.device = devices.pop() if devices else torch.device("cpu")
         self.moved_inputs: list[int] = []
+        self.out_meta: Any = None  # the current op's meta output, for composite lowerings
+        self.origin = ""
 
     # ---------------------------------------------------------------------------- helpers
     def _new_name(self) -> str:
@@ -194,11 +242,20 @@ class GraphLowering:
             return out_meta  # sizes, strides and other non-tensor results
         if is_view_op(target):
             return self.view(args, out_meta)
-        lowering = POINTWISE.get(target) or REDUCTIONS.get(target)
-        if lowering is not None and isinstance(out_meta, torch.Tensor):
+        if target in POINTWISE and isinstance(out_meta, torch.Tensor):
             try:
-                return self.lower_node(target, lowering, args, kwargs, out_meta)
+                return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
             except Unsupported as exc:
+                return self.extern(target, args, kwargs, out_meta, reason=str(exc))
+        if target in COMPOSITE:
+            mark = len(self.nodes)
+            try:
+                self.out_meta, self.origin = out_meta, str(target)
+                result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
+                _check_matches(result, out_meta)
+                return result
+            except Unsupported as exc:
+                del self.nodes[mark:]  # a composite that declines leaves nothing behind
                 return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
 
@@ -218,22 +275,100 @@ class GraphLowering:
 
     def lower_node(self, target: Any, lowering: Any, args: Any, kwargs: Any, out_meta: torch.Tensor) -> TensorArg:
         bound = bind_arguments(target, args, kwargs)
-        sizes = tuple(out_meta.shape)
-        strides = tuple(out_meta.stride())
-        if not indexing.is_dense(sizes, strides):
-            strides = indexing.contiguous_strides(sizes)
-        buf = ir.Buffer(self._new_name(), out_meta.dtype, sizes, strides)
         ctx = LoweringContext(out_meta, self.device)
-        result = lowering(ctx, **bound)
-        if isinstance(result, tuple):  # a reduction: (body, reduction ranges, type)
-            body, rranges, rtype = result
-            node: ir.Node = ir.Reduction(buf, ir.cast(body, buf.dtype) if rtype not in ("argmax", "argmin") else body,
-                                         tuple(rranges), rtype, str(target))
-        else:
-            node = ir.Pointwise(buf, ir.cast(result, buf.dtype), str(target))
+        body = lowering(ctx, **bound)
+        return self._add_pointwise(tuple(out_meta.shape), out_meta.dtype, body, tuple(out_meta.stride()), str(target))
+
+    def _new_buffer(self, sizes: tuple[int, ...], dtype: torch.dtype, strides: tuple[int, ...] | None) -> ir.Buffer:
+        if strides is None or not indexing.is_dense(sizes, strides):
+            strides = indexing.contiguous_strides(sizes)
+        return ir.Buffer(self._new_name(), dtype, sizes, strides)
+
+    def _add_pointwise(
+        self, sizes: tuple[int, ...], dtype: torch.dtype, body: ir.Expr, strides: tuple[int, ...] | None, origin: str
+    ) -> TensorArg:
+        buf = self._new_buffer(sizes, dtype, strides)
+        self.nodes.append(ir.Pointwise(buf, ir.cast(body, dtype), origin))
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=dtype, device="meta"))
+
+    # ------------------------------------------------------------ builder for composites
+    def pointwise(
+        self,
+        sizes: Sequence[int],
+        dtype: torch.dtype,
+        body: Callable[[LoweringContext], ir.Expr],
+        strides: Sequence[int] | None = None,
+    ) -> TensorArg:
+        """Add a pointwise node of ``sizes``; ``body(ctx)`` builds it with ``ctx.load``/``ctx.value``."""
+        meta = torch.empty(tuple(sizes), dtype=dtype, device="meta")
+        expr = body(LoweringContext(meta, self.device))
+        return self._add_pointwise(tuple(sizes), dtype, expr, None if strides is None else tuple(strides), self.origin)
+
+    def reduce(
+        self,
+        src: TensorArg,
+        dims: Sequence[int],
+        keepdim: bool,
+        reduction_type: str,
+        out_dtype: torch.dtype,
+        body: Callable[[LoweringContext], ir.Expr],
+        strides: Sequence[int] | None = None,
+    ) -> TensorArg:
+        """Add a reduction of ``src`` over ``dims``.
+
+        ``body(ctx)`` gives the value to reduce at one element of ``src``'s shape: ``ctx.load``
+        reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
+        rows, the reduction is split in two phases (partial results, then their reduction).
+        """
+        sizes = tuple(src.sizes)
+        dims = sorted({d % len(sizes) for d in dims}) if sizes else []
+        kept = [d for d in range(len(sizes)) if d not in dims]
+        out_sizes = tuple(1 if d in dims else sizes[d] for d in range(len(sizes))) if keepdim else tuple(sizes[d] for d in kept)
+        rranges = tuple(sizes[d] for d in dims)
+        ivars = indexing.loop_vars("i", len(out_sizes))
+        rvars = indexing.loop_vars("r", len(rranges))
+        source_index = tuple(
+            rvars[dims.index(d)] if d in dims else (ivars[d] if keepdim else ivars[kept.index(d)])
+            for d in range(len(sizes))
+        )
+        src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
+        value = body(LoweringContext(src_meta, self.device, index=source_index))
+        xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
+        nsplit = split_count(xnumel, rnumel) if reduction_type not in ("argmax", "argmin") else 1
+        if nsplit > 1:
+            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides)
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        if reduction_type not in ("argmax", "argmin"):
+            value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
+        node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
         self.nodes.append(node)
-        meta = torch.empty_strided(sizes, strides, dtype=buf.dtype, device="meta")
-        return self._tensor_arg(buf, meta)
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+
+    def _split_reduce(
+        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
+        out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None,
+    ) -> TensorArg:
+        """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results."""
+        acc = _accumulator_dtype(reduction_type, value.dtype)
+        rnumel = math.prod(rranges)
+        chunk = -(-rnumel // nsplit)
+        ivars = indexing.loop_vars("i", len(out_sizes) + 1)
+        split, pos = ivars[-1], indexing.loop_vars("r", 1)[0]
+        flat = split * chunk + pos
+        old_r = indexing.loop_vars("r", len(rranges))
+        unravelled = indexing.unravel(flat, rranges, indexing.contiguous_strides(rranges))
+        moved = ir.substitute_index(ir.cast(value, acc), {
+            **{r: e for r, e in zip(old_r, unravelled)},
+        })
+        inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
+        guarded = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
+        part = self._new_buffer(out_sizes + (nsplit,), acc, None)
+        self.nodes.append(ir.Reduction(part, guarded, (chunk,), reduction_type, (), (), self.origin + " (split, phase 1)"))
+        part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        body = ir.Load(part_arg.view, tuple(indexing.loop_vars("i", len(out_sizes))) + (pos,))
+        self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
         metrics.fallbacks[str(target.overloadpacket.__name__ if hasattr(target, "overloadpacket") else target)] += 1

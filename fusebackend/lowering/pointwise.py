@@ -467,3 +467,15 @@ def arange(
     value = op("add", op("mul", cast(index, dt), Constant(ir._convert_scalar(step, dt), dt)),
                Constant(ir._convert_scalar(start, dt), dt))
     return value
+
+
+@register_pointwise(aten.gather.default)
+def gather(ctx: LoweringContext, self: Any, dim: int, index: Any, sparse_grad: bool = False) -> Expr:
+    view = self.view
+    rank = len(view.sizes)
+    if rank == 0 or len(index.sizes) != rank:
+        raise Unsupported("gather of a 0-dim tensor")
+    dim = dim % rank
+    idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
+    position = cast(ctx.load(index), torch.int64)
+    return ir.IndirectLoad(view, idx, dim, position)

@@ -1,9 +1,14 @@
 """The table of lowerings: ATen op overload -> function that builds a node body.
 
-A lowering is ``fn(ctx, **args) -> Expr`` where ``args`` are the op's schema arguments by name
-(defaults filled in), tensors given as ``TensorArg`` and everything else as Python values. It
-raises ``Unsupported`` for a case it does not handle; the op then becomes an extern ATen call.
-Registering an op twice raises.
+Two kinds, both called with the op's schema arguments by name (defaults filled in), tensors as
+``TensorArg`` and everything else as Python values:
+
+- pointwise: ``fn(ctx, **args) -> Expr``, the body of one node over the output's index;
+- composite: ``fn(builder, **args) -> TensorArg | tuple``, which adds any number of nodes through
+  the builder (``GraphLowering.reduce`` and ``GraphLowering.pointwise``); reductions are these.
+
+Either raises ``Unsupported`` for a case it does not handle; the op then becomes an extern ATen
+call. Registering an op twice raises.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import torch
 Lowering = Callable[..., Any]
 
 POINTWISE: dict[torch._ops.OpOverload, Lowering] = {}
-REDUCTIONS: dict[torch._ops.OpOverload, Lowering] = {}
+COMPOSITE: dict[torch._ops.OpOverload, Lowering] = {}
 
 
 class Unsupported(Exception):
@@ -31,7 +36,7 @@ def _register(table: dict, ops: tuple[Any, ...]) -> Callable[[Lowering], Lowerin
                 else [op]
             )
             for overload in overloads:
-                if overload in POINTWISE or overload in REDUCTIONS:
+                if overload in POINTWISE or overload in COMPOSITE:
                     raise RuntimeError(f"a lowering for {overload} is already registered")
                 table[overload] = fn
         return fn
@@ -44,8 +49,9 @@ def register_pointwise(*ops: Any) -> Callable[[Lowering], Lowering]:
     return _register(POINTWISE, ops)
 
 
-def register_reduction(*ops: Any) -> Callable[[Lowering], Lowering]:
-    return _register(REDUCTIONS, ops)
+def register_composite(*ops: Any) -> Callable[[Lowering], Lowering]:
+    """Register a lowering that builds several nodes (reductions, normalizations...)."""
+    return _register(COMPOSITE, ops)
 
 
 def bind_arguments(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import dataclasses
 from fusebackend import ir
 from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
+from fusebackend.scheduler.space import KernelSpace, plan_space
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +22,7 @@ class KernelPlan:
     stored: tuple[ir.Buffer, ...]
     bytes_read: int
     bytes_written: int
+    space: KernelSpace
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -97,7 +99,8 @@ def schedule(graph: ir.IRGraph) -> Schedule:
             continue
         read, written = model.traffic(members)
         stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))
-        steps.append(KernelPlan(nodes, stored, read, written))
+        space = plan_space(nodes, {b.name for b in stored})
+        steps.append(KernelPlan(nodes, stored, read, written, space))
     return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), graph_floor(graph, model.readers))
 
 

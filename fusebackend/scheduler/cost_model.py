@@ -8,7 +8,8 @@ For a group G of nodes that becomes one kernel:
 
 where read_bytes(B, G) = min(B.nbytes, sum over the distinct views of B that G loads of
 elements touched x itemsize); a broadcast view counts its distinct elements once, since a
-broadcast read is served from cache. A buffer written and read only inside G costs nothing: it
+broadcast read is served from cache, and a gather (indirect load) one element per element of the
+node that gathers. A buffer written and read only inside G costs nothing: it
 is never written to memory.
 
     bytes_saved(A, B) = traffic(A) + traffic(B) - traffic(A u B)
@@ -59,13 +60,22 @@ class TrafficModel:
         buffers: dict[str, ir.Buffer] = {}
         seen: set[ir.View] = set()
         for name in group:
-            for view in self.nodes[name].reads():
+            node = self.nodes[name]
+            accesses = (
+                [(v, v.distinct_elements()) for v in node.reads()]
+                if isinstance(node, ir.Extern)
+                else [
+                    (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, node.buffer.numel))
+                    for ld in ir.loads(node.body)
+                ]
+            )
+            for view, count in accesses:
                 b = view.buffer
                 if self.written_by.get(b.name) in group or view in seen:
                     continue
                 seen.add(view)
                 buffers[b.name] = b
-                elements[b.name] = elements.get(b.name, 0) + view.distinct_elements()
+                elements[b.name] = elements.get(b.name, 0) + count
         return {k: min(n, buffers[k].numel) * buffers[k].dtype.itemsize for k, n in elements.items()}
 
     def traffic(self, names: Iterable[str]) -> tuple[int, int]:

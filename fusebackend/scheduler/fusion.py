@@ -16,6 +16,7 @@ from typing import Iterable
 from fusebackend import ir
 from fusebackend.config import config
 from fusebackend.scheduler.cost_model import TrafficModel
+from fusebackend.scheduler.space import SpaceError, plan_space
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,30 +112,20 @@ class Groups:
         return out
 
 
-def iteration_numel(node: ir.Node) -> int:
-    if isinstance(node, ir.Reduction):
-        import math
-
-        return node.buffer.numel * math.prod(node.reduction_ranges)
-    assert isinstance(node, ir.Pointwise)
-    return node.buffer.numel
-
-
-def why_not(groups: Groups, a: str, b: str) -> str | None:
+def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     """None when groups a and b may become one kernel, otherwise the reason they may not."""
-    na = [groups.nodes[n] for n in groups.members[a]]
-    nb = [groups.nodes[n] for n in groups.members[b]]
-    if any(isinstance(n, ir.Extern) for n in na + nb):
+    names = groups.members[a] + groups.members[b]
+    nodes = sorted((groups.nodes[n] for n in names), key=lambda n: groups.order[n.name])
+    if any(isinstance(n, ir.Extern) for n in nodes):
         return "extern call"
-    if len(na) + len(nb) > config.max_fusion_size:
+    if len(nodes) > config.max_fusion_size:
         return f"group would exceed {config.max_fusion_size} nodes"
-    if any(isinstance(n, ir.Reduction) for n in na + nb):
-        return "reductions do not fuse yet"
-    numels = {iteration_numel(n) for n in na + nb}
-    if len(numels) > 1:
-        return f"iteration spaces differ ({' vs '.join(map(str, sorted(numels)))} elements)"
     if groups.reaches(a, b, skip_direct=True) or groups.reaches(b, a, skip_direct=True):
         return "a node outside both depends on one and feeds the other (cycle)"
+    try:
+        plan_space(nodes, {buf.name for buf in model.stored(names)})
+    except SpaceError as exc:
+        return str(exc)
     return None
 
 
@@ -150,7 +141,7 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
             saved = model.bytes_saved(groups.members[a], groups.members[b])
             if saved <= 0 or (best is not None and saved <= best[0]):
                 continue
-            reason = why_not(groups, a, b)
+            reason = why_not(groups, model, a, b)
             if reason is not None:
                 key = (a, b)
                 refusals[key] = Refusal(tuple(groups.members[a]), tuple(groups.members[b]), reason)

@@ -1,0 +1,247 @@
+"""Rendering node bodies into Triton statements: shared by pointwise and reduction kernels.
+
+``KernelBody`` turns IR expressions into numbered temporaries with common-subexpression
+elimination. A load of a buffer produced inside the same kernel is replaced by the producer's
+body evaluated at the loaded index (inlining); a load of a reduction computed in the kernel is
+the reduction's value for the current row. Temporaries live in scopes: a looped reduction opens a
+scope per loop, so nothing computed inside one loop is reused outside it.
+
+Each temporary records whether it varies along ``xindex`` and/or ``rindex``; that picks each
+load's mask and tells where a value must be broadcast before a store or a reduction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import sympy
+import torch
+
+from fusebackend import indexing, ir
+from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal, render_op
+from fusebackend.scheduler import KernelPlan
+from fusebackend.scheduler.space import R, X, KernelSpace, producer_index
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSource:
+    """A generated kernel: its function name, source, and how the wrapper launches it."""
+
+    name: str
+    source: str
+    args: tuple[str, ...]  # buffer names, one pointer argument each, in order
+    sizes: tuple[int, ...]  # xnumel (and rnumel), passed after the pointers
+    grid: int
+    launch: dict[str, int]  # constexpr block sizes and num_warps
+    plan: KernelPlan
+
+
+@dataclasses.dataclass
+class _Scope:
+    cse: dict[str, str] = dataclasses.field(default_factory=dict)
+    lines: list[str] = dataclasses.field(default_factory=list)
+
+
+class KernelBody:
+    def __init__(self, plan: KernelPlan, space: KernelSpace) -> None:
+        self.plan = plan
+        self.space = space
+        self.ranges = space.ranges
+        self.scopes: list[_Scope] = [_Scope()]
+        self.counter = 0
+        self.dims: dict[str, frozenset[str]] = {}
+        self.inputs: dict[str, str] = {}  # buffer name -> pointer argument
+        self.producers = {n.name: n for n in plan.nodes}
+        self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
+        self.max_offset = 0
+
+    # ----------------------------------------------------------------------------- scopes
+    def push(self) -> None:
+        self.scopes.append(_Scope())
+
+    def pop(self) -> list[str]:
+        return self.scopes.pop().lines
+
+    @property
+    def lines(self) -> list[str]:
+        return self.scopes[-1].lines
+
+    def emit_raw(self, line: str) -> None:
+        self.scopes[-1].lines.append(line)
+
+    def _emit(self, text: str, dims: frozenset[str]) -> str:
+        for scope in reversed(self.scopes):
+            if text in scope.cse:
+                return scope.cse[text]
+        name = f"tmp{self.counter}"
+        self.counter += 1
+        self.scopes[-1].cse[text] = name
+        self.scopes[-1].lines.append(f"{name} = {text}")
+        self.dims[name] = dims
+        return name
+
+    def new_temp(self, dims: frozenset[str]) -> str:
+        name = f"tmp{self.counter}"
+        self.counter += 1
+        self.dims[name] = dims
+        return name
+
+    def dims_of(self, value: str) -> frozenset[str]:
+        return self.dims.get(value, frozenset())
+
+    # ---------------------------------------------------------------------------- indices
+    def index(self, expr: sympy.Expr) -> sympy.Expr:
+        expr = indexing.simplify(expr, self.ranges)
+        lo, hi = indexing.bounds(expr, self.ranges)
+        if lo < 0:
+            raise ValueError(f"negative index {expr}")
+        self.max_offset = max(self.max_offset, hi)
+        return expr
+
+    def index_dims(self, expr: sympy.Expr) -> frozenset[str]:
+        free = sympy.sympify(expr).free_symbols
+        return frozenset(n for n, s in (("x", X), ("r", R)) if s in free)
+
+    def mask(self, dims: frozenset[str]) -> str | None:
+        parts = [f"{d}mask" for d in ("x", "r") if d in dims]
+        return " & ".join(parts) if parts else None
+
+    def pointer(self, buffer: ir.Buffer) -> str:
+        if buffer.name not in self.inputs:
+            self.inputs[buffer.name] = f"in_ptr{len(self.inputs)}"
+        return self.inputs[buffer.name]
+
+    # ------------------------------------------------------------------------ expressions
+    def value(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        """Render ``expr`` with loop variables replaced by ``subst``; returns a temp or literal."""
+        if isinstance(expr, ir.Constant):
+            return render_literal(expr.value, expr.dtype)
+        if isinstance(expr, ir.Rendered):
+            return expr.name
+        if isinstance(expr, ir.IndexValue):
+            idx = self.index(sympy.sympify(expr.index).xreplace(subst))
+            dims = self.index_dims(idx)
+            if not dims:
+                return self._emit(f"tl.full([], {indexing.pexpr(idx)}, {TRITON_DTYPE[expr.dtype]})", dims)
+            return self._emit(f"({indexing.pexpr(idx)}).to({TRITON_DTYPE[expr.dtype]})", dims)
+        if isinstance(expr, ir.Load):
+            return self.load(expr, subst)
+        if isinstance(expr, ir.IndirectLoad):
+            return self.indirect_load(expr, subst)
+        if expr.name == "to" and isinstance(expr.args[0], ir.Load):
+            inlined = self.resolve(expr.args[0], subst)
+            if inlined is not None:  # fold casts across the fusion boundary (fp32 stays fp32)
+                return self.value(ir.cast(inlined, expr.dtype), {})
+        args = [self.value(a, subst) for a in expr.args]
+        if not any(a in self.dims for a in args):
+            # all literals: give them a dtype so that tl functions accept them
+            args = [f"tl.full([], {a}, {TRITON_DTYPE[x.dtype]})" for a, x in zip(args, expr.args)]
+        text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
+        dims = frozenset().union(*(self.dims_of(a) for a in args))
+        return self._emit(text, dims)
+
+    def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        view = expr.view
+        idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
+        producer = self.producers.get(view.buffer.name)
+        if producer is not None:
+            return self.value(self._inlined(producer, view, idx), {})
+        offset = self.index(indexing.ravel(idx, view.strides, view.offset))
+        ptr = self.pointer(view.buffer)
+        dims = self.index_dims(offset)
+        mask = self.mask(dims)
+        if mask is None:
+            return self._emit(f"tl.load({ptr} + {indexing.pexpr(offset)})", dims)
+        other = ", other=0" if view.dtype != torch.bool else ""
+        return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other})", dims)
+
+    def indirect_load(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        view = expr.view
+        assert view.buffer.name not in self.producers, "gathers read from memory"
+        idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
+        offset = self.index(indexing.ravel(idx, view.strides, view.offset))
+        # the gathered position is at most size-1 along its dim (eager checks this)
+        self.max_offset = max(self.max_offset, indexing.bounds(offset, self.ranges)[1]
+                              + (view.sizes[expr.dim] - 1) * view.strides[expr.dim])
+        position = self.value(expr.position, subst)
+        dims = self.index_dims(offset) | self.dims_of(position)
+        mask = self.mask(dims)
+        address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}) + {position} * {view.strides[expr.dim]}"
+        if mask is None:
+            return self._emit(f"tl.load({address})", dims)
+        return self._emit(f"tl.load({address}, {mask}, other=0)", dims)
+
+    def offset_text(self, offset: sympy.Expr, dims: frozenset[str]) -> str:
+        """An offset for a store over ``dims``: broadcast when it is the same for every lane."""
+        text = indexing.pexpr(offset)
+        missing = [d for d in ("x", "r") if d in dims and d not in self.index_dims(offset)]
+        for d in missing:
+            text += f" + 0 * {d}index"
+        return text
+
+    def _inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:
+        """The IR expression for ``producer``'s value at element ``view[idx]``."""
+        if isinstance(producer, ir.Reduction):
+            # the scheduler proved every in-kernel load of a reduction addresses the current row
+            return self.row_values[producer.name]
+        pidx = producer_index(producer, view, [indexing.simplify(i, self.ranges) for i in idx], self.ranges)
+        pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
+        return ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
+
+    def resolve(self, load: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Expr | None:
+        """The IR expression a load of an in-kernel buffer stands for (indices substituted)."""
+        producer = self.producers.get(load.view.buffer.name)
+        if producer is None:
+            return None
+        idx = [sympy.sympify(i).xreplace(subst) for i in load.index]
+        return self._inlined(producer, load.view, idx)
+
+    def broadcast(self, value: str, dtype: torch.dtype, shape: str, dims: frozenset[str]) -> str:
+        """``value`` as a block of ``shape`` (for stores and reductions of lower-rank values)."""
+        if self.dims_of(value) == dims:
+            return value
+        if value in self.dims:
+            return self._emit(f"tl.broadcast_to({value}, {shape})", dims)
+        return self._emit(f"tl.full({shape}, {value}, {TRITON_DTYPE[dtype]})", dims)
+
+    def uses_int64(self, *numels: int) -> bool:
+        return max(self.max_offset, *numels) > INT32_MAX
+
+
+_ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")
+
+
+def kernel_name(plan: KernelPlan, index: int) -> str:
+    ops: list[str] = []
+    for node in plan.nodes:
+        m = _ORIGIN.search(getattr(node, "origin", ""))
+        name = m.group(1).strip("_") if m else type(node).__name__.lower()
+        if name not in ops:
+            ops.append(name)
+    kind = "red" if plan.space.anchor is not None else "pw"
+    shown = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+    return f"fused_{kind}{index}_{shown}"
+
+
+def describe(plan: KernelPlan) -> list[str]:
+    """Comment lines naming the nodes a kernel computes and the bytes it moves."""
+    stored = {b.name for b in plan.stored}
+    lines = []
+    for node in plan.nodes:
+        tag = "stored" if node.name in stored else "in registers"
+        lines.append(f"# {node.name} ({tag}): {getattr(node, 'origin', '')}")
+    lines.append(f"# reads {plan.bytes_read} B, writes {plan.bytes_written} B")
+    return lines
+
+
+HEADER = [
+    "import triton",
+    "import triton.language as tl",
+    "from fusebackend.kernels import triton_helpers as th",
+    "",
+    "",
+    "@triton.jit",
+]

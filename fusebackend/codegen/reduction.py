@@ -1,0 +1,228 @@
+"""Reduction kernels: a block of rows ``xindex`` [XBLOCK, 1] by positions ``rindex`` [1, RBLOCK].
+
+Two shapes of kernel, chosen by ``runtime.reduction_config``:
+
+- persistent (the whole row fits one block): every value of the row stays in registers, each
+  reduction is one ``tl.reduce``, and prologue, reductions and epilogue share loads;
+- looped (long rows): each reduction accumulates elementwise over ``for roffset in range(...)``
+  and is reduced across the block after the loop. Reductions that need an earlier reduction's
+  result (the variance needs the mean, softmax's sum needs the max) get a later loop, and a last
+  loop computes and stores the full-size outputs (the epilogue).
+
+Row values (reductions, and pointwise nodes with one element per row) are stored with the row
+mask; full-size values with both masks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fusebackend import indexing, ir
+from fusebackend.codegen.body import HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
+from fusebackend.codegen.writer import LineWriter
+from fusebackend.kernels import runtime
+from fusebackend.scheduler import KernelPlan
+from fusebackend.scheduler.space import is_row_value
+
+ROW = frozenset("x")
+FULL = frozenset("xr")
+
+_COMBINE = {
+    "sum": "th.combine_sum", "prod": "th.combine_prod", "max": "th.combine_max",
+    "min": "th.combine_min", "any": "th.combine_any",
+    "argmax": "th.combine_argmax", "argmin": "th.combine_argmin",
+}
+
+
+def _neutral(reduction_type: str, dtype: torch.dtype) -> str:
+    if reduction_type == "sum":
+        return render_literal(0, dtype)
+    if reduction_type == "prod":
+        return render_literal(1, dtype)
+    if reduction_type == "any":
+        return "False"
+    if dtype.is_floating_point:
+        big = math.inf
+    else:
+        big = torch.iinfo(dtype).max
+    low = reduction_type in ("max", "argmax")
+    return render_literal(-big if low else big, dtype) if dtype.is_floating_point else str(
+        torch.iinfo(dtype).min if low else big
+    )
+
+
+def _depths(plan: KernelPlan) -> dict[str, int]:
+    """How many reductions must finish, one after another, before each node can be computed."""
+    names = {n.name: n for n in plan.nodes}
+    depth: dict[str, int] = {}
+    for node in plan.nodes:  # plan order is topological
+        deps = {v.buffer.name for v in node.reads()} & set(names)
+        d = max((depth[p] for p in deps), default=0)
+        depth[node.name] = d + (1 if isinstance(node, ir.Reduction) else 0)
+    return depth
+
+
+def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
+    space = plan.space
+    anchor = space.anchor
+    assert anchor is not None
+    xnumel, rnumel = space.xnumel, space.rnumel
+    launch = runtime.reduction_config(xnumel, rnumel, _row_contiguous(anchor))
+    persistent = launch["RBLOCK"] >= rnumel
+    body = KernelBody(plan, space)
+    depth = _depths(plan)
+    reductions = [n for n in plan.nodes if isinstance(n, ir.Reduction)]
+    stored = {b.name for b in plan.stored}
+    outputs: dict[str, str] = {}
+
+    def out_ptr(buf: ir.Buffer) -> str:
+        outputs.setdefault(buf.name, f"out_ptr{len(outputs)}")
+        return outputs[buf.name]
+
+    def store(node: ir.Node, value: str, dims: frozenset[str]) -> None:
+        buf = node.buffer
+        mapping = space.mapping[node.name]
+        nvars = indexing.loop_vars("i", len(buf.sizes))
+        offset = body.index(indexing.ravel([mapping[v] for v in nvars], buf.strides))
+        shape = "[XBLOCK, 1]" if dims == ROW else "[XBLOCK, RBLOCK]"
+        value = body.broadcast(value, buf.dtype, shape, dims)
+        body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}, {body.mask(dims)})")
+
+    def rindex_lines() -> None:
+        body.emit_raw("rindex = roffset + rbase" if not persistent else "rindex = rbase")
+        body.emit_raw("rmask = rindex < rnumel")
+
+    # Phase by phase: the reductions of each depth, then the epilogue.
+    max_depth = max(depth[r.name] for r in reductions)
+    for level in range(1, max_depth + 1):
+        group = [r for r in reductions if depth[r.name] == level]
+        if persistent:
+            if level == 1:
+                rindex_lines()
+            for red in group:
+                _reduce_persistent(body, red)
+        else:
+            accs = [_init_accumulator(body, red) for red in group]
+            body.push()
+            rindex_lines()
+            for red, acc in zip(group, accs):
+                _accumulate(body, red, acc)
+            loop = body.pop()
+            body.emit_raw("for roffset in range(0, rnumel, RBLOCK):")
+            for line in loop:
+                body.emit_raw("    " + line)
+            for red, acc in zip(group, accs):
+                _finish(body, red, acc)
+        for red in group:
+            if red.name in stored:
+                store(red, body.value(body.row_values[red.name], {}), ROW)
+
+    full_nodes = [n for n in plan.nodes if n.name in stored and not is_row_value(n, space)]
+    if full_nodes:
+        if not persistent:
+            body.push()
+            rindex_lines()
+        for node in full_nodes:
+            store(node, body.value(node.body, space.mapping[node.name]), FULL)
+        if not persistent:
+            loop = body.pop()
+            body.emit_raw("for roffset in range(0, rnumel, RBLOCK):")
+            for line in loop:
+                body.emit_raw("    " + line)
+    for node in plan.nodes:
+        if node.name in stored and is_row_value(node, space) and not isinstance(node, ir.Reduction):
+            store(node, body.value(node.body, space.mapping[node.name]), ROW)
+
+    name = kernel_name(plan, index)
+    int64 = body.uses_int64(xnumel * max(rnumel, 1))
+    w = LineWriter()
+    w.lines(HEADER)
+    params = list(body.inputs.values()) + list(outputs.values())
+    params += ["xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+    w.line(f"def {name}({', '.join(params)}):")
+    with w.indent():
+        w.lines(describe(plan))
+        w.line("# " + ("persistent: each row in one block" if persistent else "looped over each row"))
+        pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
+        arange = (lambda n: f"tl.arange(0, {n}).to(tl.int64)") if int64 else (lambda n: f"tl.arange(0, {n})")
+        w.line(f"xoffset = {pid} * XBLOCK")
+        w.line(f"xindex = xoffset + {arange('XBLOCK')}[:, None]")
+        w.line("xmask = xindex < xnumel")
+        w.line(f"rbase = {arange('RBLOCK')}[None, :]")
+        w.lines(body.lines)
+    grid = runtime.cdiv(xnumel, launch["XBLOCK"])
+    args = tuple(body.inputs) + tuple(outputs)
+    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan)
+
+
+def _row_contiguous(red: ir.Reduction) -> bool:
+    """Whether the reduction's largest input is contiguous along the reduced positions."""
+    rvars = indexing.loop_vars("r", len(red.reduction_ranges))
+    if not rvars:
+        return True
+    best = None
+    for load in ir.loads(red.body):
+        offset = indexing.ravel(load.index, load.view.strides, load.view.offset)
+        coeff = offset.coeff(rvars[-1]) if offset.has(rvars[-1]) else None
+        size = load.view.buffer.numel
+        if best is None or size > best[0]:
+            best = (size, coeff)
+    return best is None or best[1] in (None, 1)
+
+
+def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype) -> str:
+    neutral = _neutral(red.reduction_type, acc_dtype)
+    return body._emit(f"tl.where(xmask & rmask, {value}, {neutral})", FULL)
+
+
+def _reduce_persistent(body: KernelBody, red: ir.Reduction) -> None:
+    mapping = body.space.mapping[red.name]
+    value = body.value(red.body, mapping)
+    dtype = red.body.dtype
+    masked = _masked(body, red, value, dtype)
+    combine = _COMBINE[red.reduction_type]
+    if red.reduction_type in ("argmax", "argmin"):
+        idx = body._emit("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", FULL)
+        v, i = body.new_temp(ROW), body.new_temp(ROW)
+        body.emit_raw(f"{v}, {i} = tl.reduce(({masked}, {idx}), 1, {combine}, keep_dims=True)")
+        body.row_values[red.name] = ir.cast(ir.Rendered(i, torch.int32), red.buffer.dtype)
+        return
+    out = body._emit(f"tl.reduce({masked}, 1, {combine}, keep_dims=True)", ROW)
+    body.row_values[red.name] = ir.cast(ir.Rendered(out, dtype), red.buffer.dtype)
+
+
+def _init_accumulator(body: KernelBody, red: ir.Reduction) -> tuple[str, ...]:
+    dtype = red.body.dtype
+    neutral = _neutral(red.reduction_type, dtype)
+    tl_dtype = TRITON_DTYPE[dtype]
+    acc = body.new_temp(FULL)
+    body.emit_raw(f"{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {tl_dtype})")
+    if red.reduction_type in ("argmax", "argmin"):
+        idx = body.new_temp(FULL)
+        body.emit_raw(f"{idx} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+        return acc, idx
+    return (acc,)
+
+
+def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...]) -> None:
+    value = body.value(red.body, body.space.mapping[red.name])
+    masked = _masked(body, red, value, red.body.dtype)
+    combine = _COMBINE[red.reduction_type]
+    if red.reduction_type in ("argmax", "argmin"):
+        body.emit_raw(f"{acc[0]}, {acc[1]} = {combine}({acc[0]}, {acc[1]}, {masked}, rindex)")
+    else:
+        body.emit_raw(f"{acc[0]} = {combine}({acc[0]}, {masked})")
+
+
+def _finish(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...]) -> None:
+    combine = _COMBINE[red.reduction_type]
+    if red.reduction_type in ("argmax", "argmin"):
+        v, i = body.new_temp(ROW), body.new_temp(ROW)
+        body.emit_raw(f"{v}, {i} = tl.reduce(({acc[0]}, {acc[1]}), 1, {combine}, keep_dims=True)")
+        body.row_values[red.name] = ir.cast(ir.Rendered(i, torch.int32), red.buffer.dtype)
+        return
+    out = body._emit(f"tl.reduce({acc[0]}, 1, {combine}, keep_dims=True)", ROW)
+    body.row_values[red.name] = ir.cast(ir.Rendered(out, red.body.dtype), red.buffer.dtype)

@@ -1,0 +1,229 @@
+"""Lowerings of reductions, built from ``Reduction`` and ``Pointwise`` nodes.
+
+Each is a composite lowering (``registry.register_composite``): it receives the graph builder and
+adds nodes with ``b.reduce`` and ``b.pointwise``. Half-precision inputs accumulate in fp32.
+``mean`` is a sum and a per-row scale; ``var`` is two-pass (the mean, then the sum of squared
+deviations from it), which is numerically stable and, when the row fits in one block, reads the
+input once; ``std`` is its square root. Everything the scheduler can fuse into one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from fusebackend import ir
+from fusebackend.ir import Constant, cast, op
+from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
+from fusebackend.lowering.registry import Unsupported, register_composite
+
+aten = torch.ops.aten
+
+
+def _dims(x: TensorArg, dim: Any) -> list[int]:
+    rank = len(x.sizes)
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(rank))
+    if isinstance(dim, int):
+        dim = [dim]
+    if rank == 0:
+        return []
+    return sorted({d % rank for d in dim})
+
+
+def _out_strides(b: GraphLowering, k: int = 0) -> tuple[int, ...]:
+    meta = b.out_meta if isinstance(b.out_meta, torch.Tensor) else b.out_meta[k]
+    return tuple(meta.stride())
+
+
+def _out_dtype(b: GraphLowering, k: int = 0) -> torch.dtype:
+    meta = b.out_meta if isinstance(b.out_meta, torch.Tensor) else b.out_meta[k]
+    return meta.dtype
+
+
+def _reduce_simple(b: GraphLowering, x: TensorArg, dim: Any, keepdim: bool, rtype: str) -> TensorArg:
+    out_dtype = _out_dtype(b)
+    acc = torch.bool if rtype == "any" else ir.compute_dtype(out_dtype if rtype in ("sum", "prod") else x.dtype)
+    return b.reduce(x, _dims(x, dim), keepdim, rtype, out_dtype, lambda ctx: ctx.value(x, acc), _out_strides(b))
+
+
+@register_composite(aten.sum.dim_IntList, aten.sum.default)
+def sum_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
+    return _reduce_simple(b, self, dim, keepdim, "sum")
+
+
+@register_composite(aten.prod.dim_int, aten.prod.default)
+def prod(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
+    return _reduce_simple(b, self, dim, keepdim, "prod")
+
+
+@register_composite(aten.amax.default)
+def amax(b: GraphLowering, self: TensorArg, dim: Any = (), keepdim: bool = False) -> TensorArg:
+    return _reduce_simple(b, self, dim, keepdim, "max")
+
+
+@register_composite(aten.amin.default)
+def amin(b: GraphLowering, self: TensorArg, dim: Any = (), keepdim: bool = False) -> TensorArg:
+    return _reduce_simple(b, self, dim, keepdim, "min")
+
+
+@register_composite(aten.any.dim, aten.any.dims, aten.any.default)
+def any_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
+    return _reduce_simple(b, self, dim, keepdim, "any")
+
+
+@register_composite(aten.all.dim, aten.all.dims, aten.all.default)
+def all_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
+    # all(x) = not any(not x)
+    dims = _dims(self, dim)
+    out_dtype = _out_dtype(b)
+    sizes = _reduced_sizes(self.sizes, dims, keepdim)
+    none_false = b.reduce(
+        self, dims, keepdim, "any", torch.bool,
+        lambda ctx: op("logical_not", ctx.value(self, torch.bool), dtype=torch.bool),
+    )
+    return b.pointwise(sizes, out_dtype, lambda ctx: cast(op("logical_not", ctx.value(none_false, torch.bool), dtype=torch.bool), out_dtype), _out_strides(b))
+
+
+def _reduced_sizes(sizes: Sequence[int], dims: Sequence[int], keepdim: bool) -> tuple[int, ...]:
+    if keepdim:
+        return tuple(1 if d in dims else s for d, s in enumerate(sizes))
+    return tuple(s for d, s in enumerate(sizes) if d not in dims)
+
+
+def _arg_reduce(b: GraphLowering, x: TensorArg, dim: Any, keepdim: bool, rtype: str, k: int = 0) -> TensorArg:
+    dims = _dims(x, dim)
+    if dim is None and keepdim:
+        # argmax over everything with keepdim keeps every dim as size 1
+        pass
+    acc = ir.compute_dtype(x.dtype)
+    return b.reduce(x, dims, keepdim, rtype, torch.int64, lambda ctx: ctx.value(x, acc), _out_strides(b, k))
+
+
+@register_composite(aten.argmax.default)
+def argmax(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
+    if self.dtype == torch.bool:
+        raise Unsupported("argmax of bool")
+    return _arg_reduce(b, self, dim, keepdim, "argmax")
+
+
+@register_composite(aten.argmin.default)
+def argmin(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
+    if self.dtype == torch.bool:
+        raise Unsupported("argmin of bool")
+    return _arg_reduce(b, self, dim, keepdim, "argmin")
+
+
+@register_composite(aten.max.dim)
+def max_dim(b: GraphLowering, self: TensorArg, dim: int, keepdim: bool = False) -> tuple[TensorArg, TensorArg]:
+    if self.dtype == torch.bool:
+        raise Unsupported("max.dim of bool")
+    dims = _dims(self, dim)
+    values = b.reduce(self, dims, keepdim, "max", self.dtype, lambda ctx: ctx.value(self, ir.compute_dtype(self.dtype)), _out_strides(b, 0))
+    return values, _arg_reduce(b, self, dim, keepdim, "argmax", 1)
+
+
+@register_composite(aten.min.dim)
+def min_dim(b: GraphLowering, self: TensorArg, dim: int, keepdim: bool = False) -> tuple[TensorArg, TensorArg]:
+    if self.dtype == torch.bool:
+        raise Unsupported("min.dim of bool")
+    dims = _dims(self, dim)
+    values = b.reduce(self, dims, keepdim, "min", self.dtype, lambda ctx: ctx.value(self, ir.compute_dtype(self.dtype)), _out_strides(b, 0))
+    return values, _arg_reduce(b, self, dim, keepdim, "argmin", 1)
+
+
+@register_composite(aten.mean.dim, aten.mean.default)
+def mean(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
+    out_dtype = _out_dtype(b)
+    if not out_dtype.is_floating_point:
+        raise Unsupported("mean with an integer result")
+    return _mean(b, self, _dims(self, dim), keepdim, out_dtype, _out_strides(b))
+
+
+def _mean(
+    b: GraphLowering, x: TensorArg, dims: list[int], keepdim: bool, out_dtype: torch.dtype,
+    strides: tuple[int, ...] | None,
+) -> TensorArg:
+    acc = ir.compute_dtype(out_dtype)
+    count = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    total = b.reduce(x, dims, keepdim, "sum", acc, lambda ctx: ctx.value(x, acc))
+    scale = 1.0 / count if count else math.nan
+    return b.pointwise(
+        _reduced_sizes(x.sizes, dims, keepdim), out_dtype,
+        lambda ctx: op("mul", ctx.value(total, acc), Constant(scale, acc)), strides,
+    )
+
+
+def _variance(
+    b: GraphLowering, x: TensorArg, dims: list[int], correction: float, keepdim: bool,
+    out_dtype: torch.dtype, strides: tuple[int, ...] | None, mean_strides: tuple[int, ...] | None = None,
+    want_mean: bool = False,
+) -> tuple[TensorArg, TensorArg | None]:
+    if not x.dtype.is_floating_point:
+        raise Unsupported("variance of an integer tensor")
+    acc = ir.compute_dtype(out_dtype)
+    count = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    # the mean kept with keepdim so that it broadcasts back over the reduced dims
+    mean_kept = _mean(b, x, dims, True, acc, None)
+
+    def deviation_squared(ctx: LoweringContext) -> ir.Expr:
+        d = op("sub", ctx.value(x, acc), ctx.value(mean_kept, acc))
+        return op("mul", d, d)
+
+    m2 = b.reduce(x, dims, keepdim, "sum", acc, deviation_squared)
+    denom = max(count - correction, 0)
+    scale = 1.0 / denom if denom else math.inf
+    sizes = _reduced_sizes(x.sizes, dims, keepdim)
+    var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), Constant(scale, acc)), strides)
+    mean_out = None
+    if want_mean:
+        mean_out = b.pointwise(sizes, out_dtype, lambda ctx: ctx.value(_reshaped(mean_kept, sizes), acc), mean_strides)
+    return var, mean_out
+
+
+def _reshaped(arg: TensorArg, sizes: tuple[int, ...]) -> TensorArg:
+    """The keepdim mean viewed without the kept size-1 dims (a view: same contiguous buffer)."""
+    if tuple(arg.sizes) == sizes:
+        return arg
+    view = ir.View(arg.view.buffer, sizes, _contig(sizes), arg.view.offset)
+    return TensorArg(view, torch.empty(sizes, dtype=arg.dtype, device="meta"))
+
+
+def _contig(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    from fusebackend.indexing import contiguous_strides
+
+    return contiguous_strides(sizes)
+
+
+def _correction(correction: Any, unbiased: Any = None) -> float:
+    if correction is None:
+        return 1.0 if unbiased is None or unbiased else 0.0
+    return float(correction)
+
+
+@register_composite(aten.var.correction)
+def var(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False) -> TensorArg:
+    v, _ = _variance(b, self, _dims(self, dim), _correction(correction), keepdim, _out_dtype(b), _out_strides(b))
+    return v
+
+
+@register_composite(aten.var_mean.correction)
+def var_mean(
+    b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False
+) -> tuple[TensorArg, TensorArg]:
+    v, m = _variance(
+        b, self, _dims(self, dim), _correction(correction), keepdim, _out_dtype(b, 0),
+        _out_strides(b, 0), _out_strides(b, 1), want_mean=True,
+    )
+    assert m is not None
+    return v, m
+
+
+@register_composite(aten.std.correction)
+def std(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False) -> TensorArg:
+    out_dtype = _out_dtype(b)
+    acc = ir.compute_dtype(out_dtype)
+    v, _ = _variance(b, self, _dims(self, dim), _correction(correction), keepdim, acc, None)
+    return b.pointwise(v.sizes, out_dtype, lambda ctx: op("sqrt", ctx.value(v, acc)), _out_strides(b))

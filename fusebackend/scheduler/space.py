@@ -1,0 +1,173 @@
+"""Iteration spaces: how the nodes of one kernel map onto its loop indices.
+
+A kernel iterates over ``xindex`` (rows; every element for a pointwise kernel) and, when it
+holds a reduction, ``rindex`` (positions along the reduced dims). The first reduction of the
+group, the anchor, defines both: rows are its output elements in its buffer's memory order and
+``rindex`` runs row-major over its reduction ranges. Every other node maps onto that space:
+
+- a reduction with as many rows and the same reduction ranges, the same way;
+- a *row* node (a pointwise node with one element per row) by unravelling ``xindex`` over its
+  buffer;
+- a *full* node (one element per (row, position)) through a reduction of the group whose source
+  has the node's shape: element ``source_index`` of that reduction is the node's element.
+
+Only stored nodes need a mapping: the others are evaluated wherever they are loaded (inlined).
+A row value (a reduction or row node) exists only for the current row, so every load of one
+inside the kernel must address exactly the current row; ``plan_space`` walks the loads to prove
+it, and returns the reason when it cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import sympy
+
+from fusebackend import indexing, ir
+
+X = indexing.var("xindex")
+R = indexing.var("rindex")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpace:
+    xnumel: int
+    rnumel: int  # 1 for a pointwise kernel
+    anchor: ir.Reduction | None
+    # node name -> its loop variables in terms of xindex / rindex (stored nodes and row values)
+    mapping: dict[str, dict[sympy.Symbol, sympy.Expr]]
+
+    @property
+    def ranges(self) -> dict[sympy.Symbol, int]:
+        out = {X: max(self.xnumel, 1)}
+        if self.anchor is not None:
+            out[R] = max(self.rnumel, 1)
+        return out
+
+
+class SpaceError(Exception):
+    """These nodes cannot share one kernel; the message is the reason."""
+
+
+def _row_mapping(buffer: ir.Buffer, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:
+    ivars = indexing.loop_vars("i", len(buffer.sizes))
+    idx = indexing.unravel(X, buffer.sizes, buffer.strides)
+    return {v: indexing.simplify(e, ranges) for v, e in zip(ivars, idx)}
+
+
+def _reduction_mapping(node: ir.Reduction, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:
+    mapping = _row_mapping(node.buffer, ranges)
+    rr = node.reduction_ranges
+    rvars = indexing.loop_vars("r", len(rr))
+    ridx = indexing.unravel(R, rr, indexing.contiguous_strides(rr))
+    mapping.update({v: indexing.simplify(e, ranges) for v, e in zip(rvars, ridx)})
+    return mapping
+
+
+def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
+    """The space these nodes share as one kernel; raises SpaceError with the reason if none."""
+    reductions = [n for n in nodes if isinstance(n, ir.Reduction)]
+    if not reductions:
+        numels = {n.buffer.numel for n in nodes}
+        if len(numels) > 1:
+            raise SpaceError(f"iteration spaces differ ({' vs '.join(map(str, sorted(numels)))} elements)")
+        numel = numels.pop()
+        ranges = {X: max(numel, 1)}
+        mapping = {n.name: _row_mapping(n.buffer, ranges) for n in nodes if n.name in stored}
+        return KernelSpace(numel, 1, None, mapping)
+
+    anchor = reductions[0]
+    xnumel, rnumel = anchor.buffer.numel, anchor.reduction_numel
+    ranges = {X: max(xnumel, 1), R: max(rnumel, 1)}
+    mapping: dict[str, dict[sympy.Symbol, sympy.Expr]] = {}
+    for node in nodes:
+        if isinstance(node, ir.Reduction):
+            if node.buffer.numel != xnumel or node.reduction_ranges != anchor.reduction_ranges:
+                raise SpaceError(
+                    f"reductions differ: {node.name} has {node.buffer.numel} rows of "
+                    f"{list(node.reduction_ranges)}, {anchor.name} {xnumel} rows of {list(anchor.reduction_ranges)}"
+                )
+            mapping[node.name] = _reduction_mapping(node, ranges)
+        elif node.buffer.numel == xnumel:
+            mapping[node.name] = _row_mapping(node.buffer, ranges)
+        elif node.buffer.numel == xnumel * rnumel:
+            if node.name in stored:
+                source = next((r for r in reductions if r.source_sizes == node.buffer.sizes), None)
+                if source is None:
+                    raise SpaceError(
+                        f"{node.name} {list(node.buffer.sizes)} must be stored but matches no reduction's input shape"
+                    )
+                rmap = _reduction_mapping(source, ranges)
+                ivars = indexing.loop_vars("i", len(node.buffer.sizes))
+                mapping[node.name] = {
+                    v: indexing.simplify(sympy.sympify(e).xreplace(rmap), ranges)
+                    for v, e in zip(ivars, source.source_index)
+                }
+        else:
+            raise SpaceError(
+                f"{node.name} has {node.buffer.numel} elements: neither one per row ({xnumel}) "
+                f"nor one per row and position ({xnumel * rnumel})"
+            )
+    space = KernelSpace(xnumel, rnumel, anchor, mapping)
+    _check_rows(nodes, space)
+    return space
+
+
+def is_row_value(node: ir.Node, space: KernelSpace) -> bool:
+    return isinstance(node, ir.Reduction) or (
+        space.anchor is not None and node.buffer.numel == space.xnumel
+    )
+
+
+def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
+    """Every in-kernel load of a row value must address the current row."""
+    producers = {n.name: n for n in nodes}
+    ranges = space.ranges
+    seen: set[tuple[str, tuple[sympy.Expr, ...]]] = set()
+
+    def walk(node: ir.Node, subst: dict[sympy.Symbol, sympy.Expr]) -> None:
+        for load in ir.loads(node.body):
+            producer = producers.get(load.view.buffer.name)
+            if producer is None:
+                continue
+            if isinstance(load, ir.IndirectLoad):
+                raise SpaceError(f"{node.name} gathers from {producer.name}, which must be in memory")
+            idx = tuple(indexing.simplify(sympy.sympify(i).xreplace(subst), ranges) for i in load.index)
+            pidx = producer_index(producer, load.view, idx, ranges)
+            if is_row_value(producer, space):
+                want = space.mapping[producer.name]
+                ivars = indexing.loop_vars("i", len(producer.buffer.sizes))
+                for v, e, size in zip(ivars, pidx, producer.buffer.sizes):
+                    if size != 1 and e != want[v] and sympy.expand(e - want[v]) != 0:
+                        raise SpaceError(
+                            f"{node.name} reads {producer.name} at another row than the current one"
+                        )
+                continue
+            key = (producer.name, tuple(pidx))
+            if key not in seen:
+                seen.add(key)
+                ivars = indexing.loop_vars("i", len(producer.buffer.sizes))
+                walk(producer, dict(zip(ivars, pidx)))
+
+    for node in nodes:
+        if node.name in space.mapping:
+            walk(node, space.mapping[node.name])
+
+
+def producer_index(
+    producer: ir.Node, view: ir.View, idx: Sequence[sympy.Expr], ranges: dict[sympy.Symbol, int]
+) -> list[sympy.Expr]:
+    """The index into ``producer``'s own dims of element ``view[idx]`` of the buffer it writes."""
+    buf = producer.buffer
+    if view.is_whole():
+        return list(idx)
+    flat = indexing.ravel(idx, view.strides, view.offset)
+    return [indexing.simplify(e, ranges) for e in indexing.unravel(flat, buf.sizes, buf.strides)]
+
+
+def numel(node: ir.Node) -> int:
+    if isinstance(node, ir.Reduction):
+        return node.buffer.numel * math.prod(node.reduction_ranges)
+    return node.buffer.numel
