@@ -13,6 +13,7 @@ from fusebackend import metrics
 from fusebackend.backend import fuse
 from fusebackend import dump
 from fusebackend.dump import CompiledArtifacts, history, last as last_compiled
+from fusebackend.explain import Explanation, explain
 
-__all__ = ["config", "use_interpreter", "metrics", "dump", "fuse", "last_compiled", "history", "CompiledArtifacts"]
+__all__ = ["config", "use_interpreter", "metrics", "dump", "fuse", "explain", "Explanation", "last_compiled", "history", "CompiledArtifacts"]
 __version__ = "0.1.0"

@@ -44,7 +44,7 @@ _history: list[CompiledArtifacts] = []
 
 def record(artifacts: CompiledArtifacts) -> None:
     _history.append(artifacts)
-    del _history[:-64]
+    del _history[:-256]
     if config.dump_dir:
         artifacts.dump_path = write(artifacts, config.dump_dir)
 

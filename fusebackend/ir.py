@@ -219,9 +219,49 @@ def _convert_scalar(value: Any, dtype: torch.dtype) -> Union[bool, int, float]:
     return int(value)
 
 
-def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Op:
-    """Build an Op; its dtype defaults to its first argument's."""
-    return Op(name, tuple(args), dtype if dtype is not None else args[0].dtype)
+def op(name: str, *args: Expr, dtype: torch.dtype | None = None) -> Expr:
+    """Build an Op (its dtype defaults to its first value argument's); ops of constants are folded."""
+    if dtype is None:
+        dtype = args[1].dtype if name == "where" else args[0].dtype
+    result = Op(name, tuple(args), dtype)
+    return fold(result)
+
+
+def _fold_table() -> dict[str, Callable[..., torch.Tensor]]:
+    t = torch
+    return {
+        "add": t.add, "sub": t.sub, "mul": t.mul, "truediv": t.div, "neg": t.neg, "abs": t.abs,
+        "int_truncdiv": lambda a, b: t.div(a, b, rounding_mode="trunc"), "int_truncmod": t.fmod,
+        "fmod": t.fmod, "maximum": t.maximum, "minimum": t.minimum, "exp": t.exp, "exp2": t.exp2,
+        "log": t.log, "log2": t.log2, "sqrt": t.sqrt, "rsqrt": t.rsqrt, "sin": t.sin, "cos": t.cos,
+        "tanh": t.tanh, "sigmoid": t.sigmoid, "erf": t.erf, "floor": t.floor, "ceil": t.ceil,
+        "log1p": t.log1p, "expm1": t.expm1, "isnan": t.isnan, "isinf": t.isinf, "eq": t.eq,
+        "ne": t.ne, "lt": t.lt, "le": t.le, "gt": t.gt, "ge": t.ge, "logical_and": t.logical_and,
+        "logical_or": t.logical_or, "logical_xor": t.logical_xor, "logical_not": t.logical_not,
+        "bitwise_and": t.bitwise_and, "bitwise_or": t.bitwise_or, "bitwise_xor": t.bitwise_xor,
+        "bitwise_not": t.bitwise_not, "where": t.where,
+    }
+
+
+_FOLD: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def fold(expr: Expr) -> Expr:
+    """Evaluate an Op whose arguments are all constants (with torch, in the op's dtypes)."""
+    if not isinstance(expr, Op) or not expr.args or not all(isinstance(a, Constant) for a in expr.args):
+        return expr
+    if not _FOLD:
+        _FOLD.update(_fold_table())
+    if expr.name == "to":
+        return cast(expr.args[0], expr.dtype)
+    fn = _FOLD.get(expr.name)
+    if fn is None:
+        return expr
+    try:
+        value = fn(*(torch.tensor(a.value, dtype=a.dtype) for a in expr.args))
+    except (RuntimeError, TypeError):  # e.g. an integer division by zero: leave it to run time
+        return expr
+    return Constant(_convert_scalar(value.to(expr.dtype).item(), expr.dtype), expr.dtype)
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
@@ -469,6 +509,9 @@ def verify(graph: IRGraph) -> None:
                         assert free <= allowed, f"{node.name}: index uses unknown vars {free - allowed}"
                 if isinstance(e, Op) and e.name in ("add", "sub", "mul", "maximum", "minimum"):
                     assert all(a.dtype == e.dtype for a in e.args), f"{node.name}: mixed dtypes in {e.name}"
+                if isinstance(e, Op) and e.name == "where":
+                    assert e.args[0].dtype == torch.bool, f"{node.name}: where() condition is not bool"
+                    assert e.args[1].dtype == e.args[2].dtype == e.dtype, f"{node.name}: where() dtypes differ"
             if node.buffer.numel:
                 assert indexing.is_dense(node.buffer.sizes, node.buffer.strides), (
                     f"{node.name}: output layout is not dense"

@@ -135,6 +135,11 @@ class KernelBody:
             inlined = self.resolve(expr.args[0], subst)
             if inlined is not None:  # fold casts across the fusion boundary (fp32 stays fp32)
                 return self.value(ir.cast(inlined, expr.dtype), {})
+        constants = [self._constant(a, subst) for a in expr.args]
+        if all(c is not None for c in constants):  # e.g. an op on an inlined full()
+            folded = ir.fold(ir.Op(expr.name, tuple(constants), expr.dtype))
+            if isinstance(folded, ir.Constant):
+                return render_literal(folded.value, folded.dtype)
         args = [self.value(a, subst) for a in expr.args]
         if not any(a in self.dims for a in args):
             # all literals: give them a dtype so that tl functions accept them
@@ -157,6 +162,19 @@ class KernelBody:
             return self._emit(f"tl.load({ptr} + {indexing.pexpr(offset)})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
         return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other})", dims)
+
+    def _constant(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Constant | None:
+        """``expr`` as a constant, looking through loads of in-kernel producers that are constants."""
+        if isinstance(expr, ir.Constant):
+            return expr
+        if isinstance(expr, ir.Load) and expr.view.buffer.name in self.producers:
+            producer = self.producers[expr.view.buffer.name]
+            if isinstance(producer, ir.Pointwise) and isinstance(producer.body, ir.Constant):
+                return producer.body
+        if isinstance(expr, ir.Op) and expr.name == "to":
+            inner = self._constant(expr.args[0], subst)
+            return None if inner is None else ir.cast(inner, expr.dtype)
+        return None
 
     def indirect_load(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         view = expr.view

@@ -148,10 +148,7 @@ def sign(ctx: LoweringContext, self: Any) -> Expr:
     zero = Constant(0, x.dtype)
     pos = cast(op("gt", x, zero, dtype=torch.bool), x.dtype)
     negative = cast(op("lt", x, zero, dtype=torch.bool), x.dtype)
-    result = op("sub", pos, negative)
-    if x.dtype.is_floating_point:  # sign(nan) is nan
-        result = op("where", op("isnan", x, dtype=torch.bool), x, result)
-    return result
+    return op("sub", pos, negative)  # (0 < x) - (x < 0): sign(nan) is 0, as in eager
 
 
 @register_pointwise(aten.maximum.default)
@@ -169,11 +166,19 @@ def minimum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
 
 
 def _clamp(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
-    # where() keeps a NaN input NaN, as eager does; a NaN bound makes the result NaN.
-    if lo is not None:
-        x = op("where", op("lt", x, lo, dtype=torch.bool), lo, x)
-    if hi is not None:
-        x = op("where", op("gt", x, hi, dtype=torch.bool), hi, x)
+    # A NaN input stays NaN (x < lo is false), and a NaN bound makes the result NaN, as in eager.
+    for bound, cmp in ((lo, "lt"), (hi, "gt")):
+        if bound is None:
+            continue
+        if isinstance(bound, Constant):
+            if isinstance(bound.value, float) and math.isnan(bound.value):
+                return Constant(math.nan, x.dtype)
+            x = op("where", op(cmp, x, bound, dtype=torch.bool), bound, x)
+            continue
+        take = op(cmp, x, bound, dtype=torch.bool)
+        if bound.dtype.is_floating_point:
+            take = op("logical_or", take, op("isnan", bound, dtype=torch.bool), dtype=torch.bool)
+        x = op("where", take, bound, x)
     return x
 
 
@@ -437,6 +442,15 @@ def _factory_device_ok(ctx: LoweringContext, device: Any) -> None:
 def full(
     ctx: LoweringContext, size: Any, fill_value: Any, dtype: Any = None, layout: Any = None,
     device: Any = None, pin_memory: Any = None,
+) -> Expr:
+    _factory_device_ok(ctx, device)
+    return Constant(ir._convert_scalar(fill_value, ctx.dtype), ctx.dtype)
+
+
+@register_pointwise(aten.full_like.default)
+def full_like(
+    ctx: LoweringContext, self: Any, fill_value: Any, dtype: Any = None, layout: Any = None,
+    device: Any = None, pin_memory: Any = None, memory_format: Any = None,
 ) -> Expr:
     _factory_device_ok(ctx, device)
     return Constant(ir._convert_scalar(fill_value, ctx.dtype), ctx.dtype)

@@ -32,6 +32,8 @@ class KernelPlan:
 @dataclasses.dataclass(frozen=True)
 class ExternCall:
     node: ir.Extern
+    bytes_read: int
+    bytes_written: int
 
 
 Step = KernelPlan | ExternCall
@@ -50,8 +52,17 @@ class Schedule:
         return [s for s in self.steps if isinstance(s, KernelPlan)]
 
     @property
-    def total_bytes(self) -> int:
+    def kernel_bytes(self) -> int:
         return sum(k.bytes_read + k.bytes_written for k in self.kernels)
+
+    @property
+    def extern_bytes(self) -> int:
+        return sum(s.bytes_read + s.bytes_written for s in self.steps if isinstance(s, ExternCall))
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes every kernel and extern call of the graph moves, by the cost model."""
+        return self.kernel_bytes + self.extern_bytes
 
     def report(self) -> str:
         lines = [f"schedule of {self.graph.name}: {len(self.kernels)} kernels, "
@@ -66,10 +77,15 @@ class Schedule:
                 )
                 k += 1
             else:
-                lines.append(f"  extern {step.node.name}: {step.node.op}")
+                lines.append(
+                    f"  extern {step.node.name}: {step.node.op}"
+                    f"  | read {_fmt(step.bytes_read)}, write {_fmt(step.bytes_written)}"
+                )
+        ratio = f" ({self.total_bytes / self.floor_bytes:.2f}x)" if self.floor_bytes else ""
         lines.append(
-            f"  total kernel traffic {_fmt(self.total_bytes)} against a floor of "
-            f"{_fmt(self.floor_bytes)} (graph inputs read once, outputs written once)"
+            f"  graph moves {_fmt(self.total_bytes)} (kernels {_fmt(self.kernel_bytes)}, externs "
+            f"{_fmt(self.extern_bytes)}) against a floor of {_fmt(self.floor_bytes)}{ratio}: "
+            f"the floor reads each graph input once and writes each output once"
         )
         if self.decisions:
             lines.append("  fusions taken:")
@@ -95,7 +111,8 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         members = groups.members[g]
         nodes = tuple(groups.nodes[n] for n in members)
         if len(nodes) == 1 and isinstance(nodes[0], ir.Extern):
-            steps.append(ExternCall(nodes[0]))
+            read, written = model.traffic(members)
+            steps.append(ExternCall(nodes[0], read, written))
             continue
         read, written = model.traffic(members)
         stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))

@@ -70,10 +70,13 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     """The space these nodes share as one kernel; raises SpaceError with the reason if none."""
     reductions = [n for n in nodes if isinstance(n, ir.Reduction)]
     if not reductions:
-        numels = {n.buffer.numel for n in nodes}
+        # Only stored nodes iterate; the others are inlined wherever they are loaded, so a
+        # broadcast producer (a per-channel scale, a scalar) is recomputed per element instead
+        # of being a kernel of its own.
+        numels = {n.buffer.numel for n in nodes if n.name in stored}
         if len(numels) > 1:
             raise SpaceError(f"iteration spaces differ ({' vs '.join(map(str, sorted(numels)))} elements)")
-        numel = numels.pop()
+        numel = numels.pop() if numels else max(n.buffer.numel for n in nodes)
         ranges = {X: max(numel, 1)}
         mapping = {n.name: _row_mapping(n.buffer, ranges) for n in nodes if n.name in stored}
         return KernelSpace(numel, 1, None, mapping)
@@ -90,8 +93,10 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
                     f"{list(node.reduction_ranges)}, {anchor.name} {xnumel} rows of {list(anchor.reduction_ranges)}"
                 )
             mapping[node.name] = _reduction_mapping(node, ranges)
-        elif node.buffer.numel == xnumel:
+        elif node.buffer.numel == xnumel and (node.name in stored or _reads_group(node, nodes)):
             mapping[node.name] = _row_mapping(node.buffer, ranges)
+        elif node.name not in stored and not _reads_group(node, nodes):
+            continue  # inlined where loaded, like any pointwise producer
         elif node.buffer.numel == xnumel * rnumel:
             if node.name in stored:
                 source = next((r for r in reductions if r.source_sizes == node.buffer.sizes), None)
@@ -115,9 +120,16 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     return space
 
 
+def _reads_group(node: ir.Node, nodes: Sequence[ir.Node]) -> bool:
+    """Whether ``node`` reads a buffer written in this kernel (so it depends on the rows)."""
+    names = {n.name for n in nodes}
+    return any(v.buffer.name in names for v in node.reads())
+
+
 def is_row_value(node: ir.Node, space: KernelSpace) -> bool:
+    """A value that exists once per row of a reduction kernel (reductions and what follows them)."""
     return isinstance(node, ir.Reduction) or (
-        space.anchor is not None and node.buffer.numel == space.xnumel
+        space.anchor is not None and node.buffer.numel == space.xnumel and node.name in space.mapping
     )
 
 
