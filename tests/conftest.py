@@ -13,6 +13,10 @@ import torch  # noqa: E402
 
 import fusebackend  # noqa: E402
 
+# FUSE_TEST_DEVICE=cuda runs the suite on a GPU: tests make their tensors without a device.
+if os.environ.get("FUSE_TEST_DEVICE", "cpu") != "cpu":
+    torch.set_default_device(os.environ["FUSE_TEST_DEVICE"])
+
 
 @pytest.fixture(autouse=True)
 def _fresh_state():

@@ -50,14 +50,20 @@ def _decorating() -> Iterator[None]:
     """
     import triton
 
-    saved = triton.knobs.runtime.interpret
-    triton.knobs.runtime.interpret = use_interpreter()
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None:  # an older Triton: the mode is whatever TRITON_INTERPRET said at import
+        import fusebackend.kernels.triton_helpers  # noqa: F401
+
+        yield
+        return
+    saved = knobs.runtime.interpret
+    knobs.runtime.interpret = use_interpreter()
     try:
         import fusebackend.kernels.triton_helpers  # noqa: F401  (decorated in this mode once)
 
         yield
     finally:
-        triton.knobs.runtime.interpret = saved
+        knobs.runtime.interpret = saved
 
 
 def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType:

@@ -79,7 +79,9 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
         numel = numels.pop() if numels else max(n.buffer.numel for n in nodes)
         ranges = {X: max(numel, 1)}
         mapping = {n.name: _row_mapping(n.buffer, ranges) for n in nodes if n.name in stored}
-        return KernelSpace(numel, 1, None, mapping)
+        space = KernelSpace(numel, 1, None, mapping)
+        _check_rows(nodes, space)  # no row values here, but gathers must read from memory
+        return space
 
     anchor = reductions[0]
     xnumel, rnumel = anchor.buffer.numel, anchor.reduction_numel
@@ -134,7 +136,7 @@ def is_row_value(node: ir.Node, space: KernelSpace) -> bool:
 
 
 def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
-    """Every in-kernel load of a row value must address the current row."""
+    """Every in-kernel load of a row value addresses the current row; no gather reads the kernel."""
     producers = {n.name: n for n in nodes}
     ranges = space.ranges
     seen: set[tuple[str, tuple[sympy.Expr, ...]]] = set()
