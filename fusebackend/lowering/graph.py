@@ -115,14 +115,27 @@ def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
     return -big if reduction_type == "max" else big
 
 
-def split_count(xnumel: int, rnumel: int) -> int:
+def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
 
-    Depends only on the shapes, so CPU tests exercise the same kernels a GPU runs.
+    A row reduction runs a program per row or so: it splits when there are under 32 rows of at
+    least 64K elements. A column reduction runs a program per 64 columns: it splits when that
+    gives under 1024 programs and the columns are at least 2048 long. Chunks are a power of two
+    where one divides the length. Depends only on shapes, so CPU tests run the kernels a GPU runs.
     """
-    if rnumel < 65536 or xnumel >= 32:
+    if column:
+        programs = -(-xnumel // 64)
+        if rnumel < 2048 or programs >= 1024:
+            return 1
+        want = min(1024 // programs, rnumel // 256)
+    else:
+        if rnumel < 65536 or xnumel >= 32:
+            return 1
+        want = min(-(-rnumel // 8192), 512 // max(xnumel, 1))
+    if want < 2:
         return 1
-    return max(2, min(-(-rnumel // 8192), 512 // max(xnumel, 1)))
+    split = 1 << (want.bit_length() - 1)  # a power of two: divides power-of-two lengths
+    return split if rnumel % split == 0 else want
 
 
 def _check_matches(result: Any, out_meta: Any) -> None:
@@ -334,9 +347,10 @@ class GraphLowering:
         src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
         value = body(LoweringContext(src_meta, self.device, index=source_index))
         xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
-        nsplit = split_count(xnumel, rnumel) if reduction_type not in ("argmax", "argmin") else 1
+        column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
+        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
         if nsplit > 1:
-            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides)
+            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column)
         buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
         if reduction_type not in ("argmax", "argmin"):
             value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
@@ -346,27 +360,45 @@ class GraphLowering:
 
     def _split_reduce(
         self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
-        out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None,
+        out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None, column: bool,
     ) -> TensorArg:
-        """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results."""
+        """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results.
+
+        For a column reduction the split index is the partial buffer's outer dim, so that the
+        rows of one phase-1 block are neighbouring columns (coalesced loads); otherwise it is the
+        inner dim, so that each row's partials are contiguous for phase 2.
+        """
         acc = _accumulator_dtype(reduction_type, value.dtype)
         rnumel = math.prod(rranges)
         chunk = -(-rnumel // nsplit)
-        ivars = indexing.loop_vars("i", len(out_sizes) + 1)
-        split, pos = ivars[-1], indexing.loop_vars("r", 1)[0]
+        n_out = len(out_sizes)
+        ivars = indexing.loop_vars("i", n_out + 1)
+        pos = indexing.loop_vars("r", 1)[0]
+        if column:
+            split, out_vars = ivars[0], ivars[1:]
+            part_sizes = (nsplit,) + out_sizes
+        else:
+            split, out_vars = ivars[-1], ivars[:-1]
+            part_sizes = out_sizes + (nsplit,)
         flat = split * chunk + pos
         old_r = indexing.loop_vars("r", len(rranges))
         unravelled = indexing.unravel(flat, rranges, indexing.contiguous_strides(rranges))
+        old_i = indexing.loop_vars("i", n_out)
         moved = ir.substitute_index(ir.cast(value, acc), {
             **{r: e for r, e in zip(old_r, unravelled)},
+            **({i: v for i, v in zip(old_i, out_vars)} if column else {}),
         })
-        inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
-        guarded = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
-        part = self._new_buffer(out_sizes + (nsplit,), acc, None)
-        self.nodes.append(ir.Reduction(part, guarded, (chunk,), reduction_type, (), (), self.origin + " (split, phase 1)"))
+        if nsplit * chunk != rnumel:
+            inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
+            moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
+        part = self._new_buffer(part_sizes, acc, None)
+        self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, (), (), self.origin + " (split, phase 1)"))
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
-        body = ir.Load(part_arg.view, tuple(indexing.loop_vars("i", len(out_sizes))) + (pos,))
+        if column:
+            body = ir.Load(part_arg.view, (pos,) + tuple(old_i))
+        else:
+            body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
         self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
         return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
 
