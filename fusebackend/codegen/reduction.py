@@ -1,4 +1,8 @@
-"""Reduction kernels: a block of rows ``xindex`` [XBLOCK, 1] by positions ``rindex`` [1, RBLOCK].
+"""Reduction kernels: a block of rows ``xindex`` by positions ``rindex`` along the reduced dims.
+
+The block is [XBLOCK, RBLOCK] (rows on axis 0) when the input is contiguous along the reduced
+dims, and [RBLOCK, XBLOCK] (rows on axis 1) for a column reduction, whose input is contiguous
+across rows: either way the contiguous dim is the block's last axis, which Triton vectorizes.
 
 Two shapes of kernel, chosen by ``runtime.reduction_config``:
 
@@ -29,6 +33,18 @@ from fusebackend.scheduler.space import is_row_value
 
 ROW = frozenset("x")
 FULL = frozenset("xr")
+
+
+class Layout:
+    """Block shapes and the reduction axis, for rows on axis 0 or (columns) on axis 1."""
+
+    def __init__(self, column: bool) -> None:
+        self.column = column
+        self.full = "[RBLOCK, XBLOCK]" if column else "[XBLOCK, RBLOCK]"
+        self.row = "[1, XBLOCK]" if column else "[XBLOCK, 1]"
+        self.x_suffix = "[None, :]" if column else "[:, None]"
+        self.r_suffix = "[:, None]" if column else "[None, :]"
+        self.axis = 0 if column else 1
 
 _COMBINE = {
     "sum": "th.combine_sum", "prod": "th.combine_prod", "max": "th.combine_max",
@@ -70,8 +86,10 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
     anchor = space.anchor
     assert anchor is not None
     xnumel, rnumel = space.xnumel, space.rnumel
-    launch = runtime.reduction_config(xnumel, rnumel, _row_contiguous(anchor))
+    row_contiguous = _row_contiguous(anchor)
+    launch = runtime.reduction_config(xnumel, rnumel, row_contiguous)
     persistent = launch["RBLOCK"] >= rnumel
+    lay = Layout(column=not row_contiguous)
     body = KernelBody(plan, space)
     depth = _depths(plan)
     reductions = [n for n in plan.nodes if isinstance(n, ir.Reduction)]
@@ -87,7 +105,7 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
         mapping = space.mapping[node.name]
         nvars = indexing.loop_vars("i", len(buf.sizes))
         offset = body.index(indexing.ravel([mapping[v] for v in nvars], buf.strides))
-        shape = "[XBLOCK, 1]" if dims == ROW else "[XBLOCK, RBLOCK]"
+        shape = lay.row if dims == ROW else lay.full
         value = body.broadcast(value, buf.dtype, shape, dims)
         body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}, {body.mask(dims)})")
 
@@ -103,9 +121,9 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
             if level == 1:
                 rindex_lines()
             for red in group:
-                _reduce_persistent(body, red)
+                _reduce_persistent(body, red, lay)
         else:
-            accs = [_init_accumulator(body, red) for red in group]
+            accs = [_init_accumulator(body, red, lay) for red in group]
             body.push()
             rindex_lines()
             for red, acc in zip(group, accs):
@@ -115,7 +133,7 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
             for line in loop:
                 body.emit_raw("    " + line)
             for red, acc in zip(group, accs):
-                _finish(body, red, acc)
+                _finish(body, red, acc, lay)
         for red in group:
             if red.name in stored:
                 store(red, body.value(body.row_values[red.name], {}), ROW)
@@ -145,13 +163,14 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
-        w.line("# " + ("persistent: each row in one block" if persistent else "looped over each row"))
+        w.line("# " + ("persistent: each row in one block" if persistent else "looped over each row")
+               + (", rows on the block's last axis (column reduction)" if lay.column else ""))
         pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
         arange = (lambda n: f"tl.arange(0, {n}).to(tl.int64)") if int64 else (lambda n: f"tl.arange(0, {n})")
         w.line(f"xoffset = {pid} * XBLOCK")
-        w.line(f"xindex = xoffset + {arange('XBLOCK')}[:, None]")
+        w.line(f"xindex = xoffset + {arange('XBLOCK')}{lay.x_suffix}")
         w.line("xmask = xindex < xnumel")
-        w.line(f"rbase = {arange('RBLOCK')}[None, :]")
+        w.line(f"rbase = {arange('RBLOCK')}{lay.r_suffix}")
         w.lines(body.lines)
     grid = runtime.cdiv(xnumel, launch["XBLOCK"])
     args = tuple(body.inputs) + tuple(outputs)
@@ -178,31 +197,31 @@ def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dt
     return body._emit(f"tl.where(xmask & rmask, {value}, {neutral})", FULL)
 
 
-def _reduce_persistent(body: KernelBody, red: ir.Reduction) -> None:
+def _reduce_persistent(body: KernelBody, red: ir.Reduction, lay: Layout) -> None:
     mapping = body.space.mapping[red.name]
     value = body.value(red.body, mapping)
     dtype = red.body.dtype
     masked = _masked(body, red, value, dtype)
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
-        idx = body._emit("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", FULL)
+        idx = body._emit(f"tl.broadcast_to(rindex, {lay.full})", FULL)
         v, i = body.new_temp(ROW), body.new_temp(ROW)
-        body.emit_raw(f"{v}, {i} = tl.reduce(({masked}, {idx}), 1, {combine}, keep_dims=True)")
+        body.emit_raw(f"{v}, {i} = tl.reduce(({masked}, {idx}), {lay.axis}, {combine}, keep_dims=True)")
         body.row_values[red.name] = ir.cast(ir.Rendered(i, torch.int32), red.buffer.dtype)
         return
-    out = body._emit(f"tl.reduce({masked}, 1, {combine}, keep_dims=True)", ROW)
+    out = body._emit(f"tl.reduce({masked}, {lay.axis}, {combine}, keep_dims=True)", ROW)
     body.row_values[red.name] = ir.cast(ir.Rendered(out, dtype), red.buffer.dtype)
 
 
-def _init_accumulator(body: KernelBody, red: ir.Reduction) -> tuple[str, ...]:
+def _init_accumulator(body: KernelBody, red: ir.Reduction, lay: Layout) -> tuple[str, ...]:
     dtype = red.body.dtype
     neutral = _neutral(red.reduction_type, dtype)
     tl_dtype = TRITON_DTYPE[dtype]
     acc = body.new_temp(FULL)
-    body.emit_raw(f"{acc} = tl.full([XBLOCK, RBLOCK], {neutral}, {tl_dtype})")
+    body.emit_raw(f"{acc} = tl.full({lay.full}, {neutral}, {tl_dtype})")
     if red.reduction_type in ("argmax", "argmin"):
         idx = body.new_temp(FULL)
-        body.emit_raw(f"{idx} = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+        body.emit_raw(f"{idx} = tl.full({lay.full}, 2147483647, tl.int32)")
         return acc, idx
     return (acc,)
 
@@ -217,12 +236,12 @@ def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...]) -> No
         body.emit_raw(f"{acc[0]} = {combine}({acc[0]}, {masked})")
 
 
-def _finish(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...]) -> None:
+def _finish(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layout) -> None:
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
         v, i = body.new_temp(ROW), body.new_temp(ROW)
-        body.emit_raw(f"{v}, {i} = tl.reduce(({acc[0]}, {acc[1]}), 1, {combine}, keep_dims=True)")
+        body.emit_raw(f"{v}, {i} = tl.reduce(({acc[0]}, {acc[1]}), {lay.axis}, {combine}, keep_dims=True)")
         body.row_values[red.name] = ir.cast(ir.Rendered(i, torch.int32), red.buffer.dtype)
         return
-    out = body._emit(f"tl.reduce({acc[0]}, 1, {combine}, keep_dims=True)", ROW)
+    out = body._emit(f"tl.reduce({acc[0]}, {lay.axis}, {combine}, keep_dims=True)", ROW)
     body.row_values[red.name] = ir.cast(ir.Rendered(out, red.body.dtype), red.buffer.dtype)
