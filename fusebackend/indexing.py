@@ -233,13 +233,20 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
 
 
 class IndexPrinter(sympy.printing.str.StrPrinter):
-    """Prints an index as Python/Triton integer arithmetic (all operands are non-negative)."""
+    """Prints an index as Python/Triton integer arithmetic (all operands are non-negative).
+
+    A sum inside a division or modulus is parenthesized: ``a + b // c`` would divide ``b`` only.
+    """
+
+    def _operand(self, expr: sympy.Expr) -> str:
+        text = self._print(expr)
+        return f"({text})" if expr.is_Add else text
 
     def _print_FloorDiv(self, expr: FloorDiv) -> str:
-        return f"({self._print(expr.args[0])} // {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} // {self._print(expr.args[1])})"
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
-        return f"({self._print(expr.args[0])} % {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
 
 
 def pexpr(expr: sympy.Expr) -> str:

@@ -13,6 +13,12 @@ import torch  # noqa: E402
 
 import fusebackend  # noqa: E402
 
+# Where the package is on the path but not installed (no entry point), register the name directly.
+try:
+    torch._dynamo.lookup_backend("fuse")
+except Exception:
+    torch._dynamo.register_backend(name="fuse")(fusebackend.fuse)
+
 # FUSE_TEST_DEVICE=cuda runs the suite on a GPU: tests make their tensors without a device.
 if os.environ.get("FUSE_TEST_DEVICE", "cpu") != "cpu":
     torch.set_default_device(os.environ["FUSE_TEST_DEVICE"])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from fusebackend import indexing, ir
@@ -184,12 +185,14 @@ def _row_contiguous(red: ir.Reduction) -> bool:
         return True
     best = None
     for load in ir.loads(red.body):
-        offset = indexing.ravel(load.index, load.view.strides, load.view.offset)
-        coeff = offset.coeff(rvars[-1]) if offset.has(rvars[-1]) else None
+        offset = sympy.sympify(indexing.ravel(load.index, load.view.strides, load.view.offset))
+        # the step in memory between positions 0 and 1 of the innermost reduced dim, others at 0
+        zero = {v: 0 for v in offset.free_symbols}
+        step = offset.xreplace({**zero, rvars[-1]: 1}) - offset.xreplace(zero)
         size = load.view.buffer.numel
         if best is None or size > best[0]:
-            best = (size, coeff)
-    return best is None or best[1] in (None, 1)
+            best = (size, int(step))
+    return best is None or best[1] in (0, 1)
 
 
 def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype) -> str:
