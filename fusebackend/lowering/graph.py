@@ -347,6 +347,12 @@ class GraphLowering:
         src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
         value = body(LoweringContext(src_meta, self.device, index=source_index))
         xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
+        if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
+            if reduction_type in ("max", "min", "argmax", "argmin"):
+                raise Unsupported(f"{reduction_type} over an empty dim")
+            acc = _accumulator_dtype(reduction_type, value.dtype)
+            neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
+            return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
         column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
         nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
         if nsplit > 1:
