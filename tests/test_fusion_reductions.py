@@ -1,0 +1,329 @@
+"""Fusion tests for reductions: how many kernels a program becomes and what their source does.
+
+Every test also compares with eager (``check``), so a fusion that changes a value fails here too.
+Kernel sources come from ``helpers.kernels()``; the schedule report from
+``fusebackend.last_compiled().schedule``.
+
+The 32-row looped softmax is compiled through ``pipeline.compile_graph`` without running it: in
+Triton's interpreter its ``tl.reduce`` calls would take minutes (one Python combine call per
+element). The same kernel shape is run on one row of 20000 for correctness.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import fusebackend
+from fusebackend import decompositions, pipeline
+from helpers import check, compile_fn, kernel_count, kernels
+
+f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
+
+
+def loads(source: str) -> int:
+    return source.count("tl.load(")
+
+
+def stores(source: str) -> int:
+    return source.count("tl.store(")
+
+
+def only_kernel() -> str:
+    ks = kernels()
+    assert len(ks) == 1, f"expected one kernel, got {list(ks)}\n{fusebackend.last_compiled().schedule}"
+    return next(iter(ks.values()))
+
+
+def one_kernel(fn: Callable[..., Any], *args: Any, atol: float | None = None, rtol: float | None = None) -> str:
+    """Compile ``fn``, compare with eager, assert it became one kernel and no extern; its source."""
+    check(fn, *args, atol=atol, rtol=rtol)
+    assert not fusebackend.metrics.fallbacks, dict(fusebackend.metrics.fallbacks)
+    assert kernel_count() == 1, fusebackend.last_compiled().schedule
+    return only_kernel()
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def compile_only(fn: Callable[..., Any], *args: torch.Tensor) -> fusebackend.CompiledArtifacts:
+    """Lower, schedule and generate ``fn``'s decomposed ATen graph for ``args``, without running it."""
+    gm = make_fx(fn, decomposition_table=decompositions.decomposition_table())(*args)
+    return pipeline.compile_graph(gm, list(args), "compile_only").artifacts
+
+
+# ------------------------------------------------------------------------ one kernel each
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+def test_softmax_is_one_kernel_loading_once(dtype: torch.dtype) -> None:
+    src = one_kernel(lambda x: torch.softmax(x, -1), torch.randn(8, 100).to(dtype))
+    assert "persistent" in src and "for roffset in range" not in src
+    assert loads(src) == 1, src  # the row stays in registers for the max, the sum and the output
+    assert stores(src) == 1, src
+
+
+def test_log_softmax_is_one_kernel() -> None:
+    src = one_kernel(lambda x: torch.log_softmax(x, -1), torch.randn(8, 100))
+    assert loads(src) == 1 and stores(src) == 1
+
+
+def test_softmax_over_first_dim_is_one_kernel() -> None:
+    src = one_kernel(lambda x: torch.softmax(x, 0), torch.randn(40, 12))
+    assert loads(src) == 1 and stores(src) == 1
+
+
+def test_softmax_of_transposed_input_is_one_kernel() -> None:
+    one_kernel(lambda x: torch.softmax(x.t(), -1), torch.randn(24, 10))
+
+
+def test_softmax_looped_one_row_is_one_kernel() -> None:
+    src = one_kernel(lambda x: torch.softmax(x, -1), torch.randn(1, 20_000))
+    assert "for roffset in range" in src
+    assert stores(src) == 1
+
+
+def test_softmax_looped_32_rows_of_20000_is_one_looped_kernel() -> None:
+    art = compile_only(lambda x: torch.softmax(x, -1), torch.randn(32, 20_000))
+    assert art.kernel_count == 1, art.schedule
+    src = next(iter(art.kernels.values()))
+    assert "for roffset in range" in src
+    assert src.count("for roffset in range") == 3  # the max, the sum, then the normalized output
+    assert stores(src) == 1
+    assert "split" not in src  # 32 rows fill the GPU: no split
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+def test_layer_norm_of_residual_add_is_one_kernel(dtype: torch.dtype) -> None:
+    x, r, w, b = (torch.randn(s).to(dtype) for s in ((4, 6, 64), (4, 6, 64), (64,), (64,)))
+    src = one_kernel(lambda x, r, w, b: F.layer_norm(x + r, (64,), w, b, 1e-5), x, r, w, b)
+    assert loads(src) == 4, src  # x, r, w, b: each once
+    assert stores(src) == 1, src
+
+
+def test_layer_norm_returning_the_sum_is_one_kernel() -> None:
+    x, r = torch.randn(12, 64), torch.randn(12, 64)
+
+    def fn(x, r):
+        h = x + r
+        return h, F.layer_norm(h, (64,))
+
+    src = one_kernel(fn, x, r)
+    assert stores(src) == 2, src
+
+
+def test_rms_norm_is_one_kernel() -> None:
+    src = one_kernel(rms_norm, torch.randn(4, 6, 64), torch.randn(64))
+    assert loads(src) == 2 and stores(src) == 1, src
+
+
+def test_rms_norm_half_is_one_kernel() -> None:
+    def fn(x, w):
+        return rms_norm(x.float(), w.float()).to(x.dtype)
+
+    one_kernel(fn, torch.randn(4, 6, 64).to(bf16), torch.randn(64).to(bf16))
+
+
+def test_var_mean_is_one_kernel() -> None:
+    src = one_kernel(lambda x: torch.var_mean(x, -1), torch.randn(16, 100))
+    assert loads(src) == 1 and stores(src) == 2, src
+
+
+def test_var_mean_looped_is_one_kernel() -> None:
+    src = one_kernel(lambda x: torch.var_mean(x, -1), torch.randn(1, 20_000), atol=1e-4, rtol=1e-4)
+    assert "for roffset in range" in src and stores(src) == 2
+
+
+def test_two_reductions_of_the_same_rows_share_one_kernel() -> None:
+    src = one_kernel(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1)), torch.randn(16, 100))
+    assert loads(src) == 1 and stores(src) == 3, src
+
+
+def test_pointwise_prologue_fuses_into_reduction() -> None:
+    src = one_kernel(lambda x: (x * 2 + 1).sum(-1), torch.randn(16, 100))
+    assert loads(src) == 1 and stores(src) == 1
+
+
+def test_prologue_with_broadcast_operands_fuses() -> None:
+    src = one_kernel(lambda x, w, b: torch.tanh(x * w + b).amax(-1), torch.randn(16, 100), torch.randn(100), torch.randn(100))
+    assert loads(src) == 3 and stores(src) == 1
+
+
+def test_broadcast_epilogue_fuses_into_reduction() -> None:
+    src = one_kernel(lambda x: x - x.mean(-1, keepdim=True), torch.randn(16, 100))
+    assert loads(src) == 1 and stores(src) == 1
+
+
+def test_column_epilogue_fuses() -> None:
+    src = one_kernel(lambda x: x / x.sum(0, keepdim=True), torch.rand(30, 12) + 0.5)
+    assert stores(src) == 1
+
+
+def test_row_consumer_fuses() -> None:
+    src = one_kernel(lambda x, y: torch.sigmoid(x.sum(-1) * 0.1 + y), torch.randn(16, 100), torch.randn(16))
+    assert stores(src) == 1
+
+
+def test_squared_deviation_sum_is_one_kernel() -> None:
+    # a reduction of an epilogue of a reduction over the same rows (two dependent reductions)
+    one_kernel(lambda x: (x - x.mean(-1, keepdim=True)).pow(2).sum(-1), torch.randn(16, 100))
+
+
+def test_softmax_of_softmax_is_one_kernel() -> None:
+    one_kernel(lambda x: torch.softmax(torch.softmax(x, -1) * 3, -1), torch.randn(8, 64))
+
+
+def test_reduction_over_reshaped_input_fuses() -> None:
+    one_kernel(lambda x: x.reshape(8, 8, 8) - x.reshape(8, 8, 8).mean(-1, keepdim=True), torch.randn(8, 64))
+
+
+# ---------------------------------------------------------- outputs needed outside the kernel
+
+
+def test_reduction_input_also_returned() -> None:
+    x = torch.randn(16, 100)
+
+    def fn(x):
+        y = x.exp()
+        return y, y.sum(-1)
+
+    check(fn, x)
+    assert kernel_count() <= 2
+    assert sum(stores(s) for s in kernels().values()) == 2
+    if kernel_count() == 1:
+        assert loads(only_kernel()) == 1
+
+
+def test_reduction_input_also_used_by_another_reduction_shape() -> None:
+    x = torch.randn(12, 40)
+
+    def fn(x):
+        y = x * 3 - 1
+        return y.sum(-1), y.sum(0), y
+
+    check(fn, x)
+    assert kernel_count() <= 3
+
+
+def test_softmax_and_its_row_max_returned() -> None:
+    src = one_kernel(lambda x: (torch.softmax(x, -1), x.amax(-1)), torch.randn(8, 64))
+    assert stores(src) == 2
+
+
+def test_mean_and_centered_both_returned() -> None:
+    src = one_kernel(lambda x: (x.mean(-1, keepdim=True), x - x.mean(-1, keepdim=True)), torch.randn(8, 64))
+    assert stores(src) == 2
+
+
+def test_layer_norm_saved_statistics() -> None:
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    src = one_kernel(lambda x: torch.native_layer_norm(x, (64,), w, b, 1e-5), x)
+    assert stores(src) == 3  # output, mean, rstd
+
+
+# ----------------------------------------------------------- fusions that must not happen
+
+
+def test_rows_and_columns_are_two_kernels() -> None:
+    check(lambda x: (x.sum(-1), x.sum(0)), torch.randn(8, 64))
+    assert kernel_count() == 2
+    assert "reductions differ" in fusebackend.last_compiled().schedule
+
+
+def test_row_times_column_reduction() -> None:
+    check(lambda x: x.sum(-1, keepdim=True) * x.sum(0, keepdim=True), torch.randn(8, 64))
+    assert kernel_count() >= 2
+
+
+def test_epilogue_reading_another_rows_reduction() -> None:
+    # each row subtracts the mean of another row: that value is not in this row's registers
+    check(lambda x: x - x.mean(-1, keepdim=True).flip(0), torch.randn(8, 64))
+    check(lambda x: x * x.amax(-1, keepdim=True)[1:].sum(), torch.randn(8, 64))
+
+
+def test_transposed_epilogue_of_a_row_reduction() -> None:
+    check(lambda x: x.t() - x.mean(-1).unsqueeze(0), torch.randn(8, 64))
+
+
+def test_mutated_input_after_reduction() -> None:
+    def fn(x):
+        x -= x.mean(-1, keepdim=True)
+        return x.sum()
+
+    xe = torch.randn(8, 64)
+    xc = xe.clone()
+    expected = fn(xe)
+    actual = compile_fn(fn)(xc)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xc, xe, atol=1e-6, rtol=1e-6)
+    assert fusebackend.metrics.eager_graphs == 0
+
+
+# -------------------------------------------------------------------------- losses
+
+
+def test_nll_of_log_softmax_inference() -> None:
+    x, t = torch.randn(16, 50), torch.randint(0, 50, (16,))
+    check(lambda x, t: F.nll_loss(F.log_softmax(x, -1), t), x, t)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert 1 <= kernel_count() <= 2, fusebackend.last_compiled().schedule
+
+
+def test_cross_entropy_inference() -> None:
+    x, t = torch.randn(16, 50), torch.randint(0, 50, (16,))
+    check(lambda x, t: F.cross_entropy(x, t), x, t)
+    assert kernel_count() <= 2
+
+
+def test_nll_of_log_softmax_training_forward_graph() -> None:
+    x, t = torch.randn(16, 50), torch.randint(0, 50, (16,))
+    fn = lambda x, t: F.nll_loss(F.log_softmax(x, -1), t)  # noqa: E731
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = fn(xe, t)
+    actual = compile_fn(fn)(xc, t)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    expected.backward()
+    actual.backward()
+    torch.testing.assert_close(xc.grad, xe.grad, atol=1e-6, rtol=1e-5)
+    assert fusebackend.metrics.eager_graphs == 0
+    forward = [a for a in fusebackend.history() if a.name.startswith("forward")]
+    assert len(forward) == 1
+    assert 1 <= forward[0].kernel_count <= 2, forward[0].schedule
+    for name in ("amax", "sum", "log_softmax", "nll_loss"):
+        assert name not in fusebackend.metrics.fallbacks
+
+
+def test_softmax_training_forward_and_backward() -> None:
+    x = torch.randn(8, 64)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    g = torch.randn(8, 64)
+    fn = lambda x: torch.softmax(x * 2, -1)  # noqa: E731
+    torch.testing.assert_close(compile_fn(fn)(xc), fn(xe))
+    fn(xe).backward(g)
+    compile_fn(fn)(xc).backward(g)
+    torch.testing.assert_close(xc.grad, xe.grad, atol=1e-6, rtol=1e-5)
+    assert fusebackend.metrics.eager_graphs == 0
+    backward = [a for a in fusebackend.history() if a.name.startswith("backward")]
+    assert backward and all(a.kernel_count == 1 for a in backward), [a.schedule for a in backward]
+
+
+def test_layer_norm_training_is_one_kernel_each_way() -> None:
+    x, w, b = torch.randn(8, 64), torch.randn(64), torch.randn(64)
+    xe, we, be = (t.clone().requires_grad_() for t in (x, w, b))
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    fn = lambda x, w, b: F.layer_norm(x, (64,), w, b)  # noqa: E731
+    g = torch.randn(8, 64)
+    fn(xe, we, be).backward(g)
+    out = compile_fn(fn)(xc, wc, bc)
+    torch.testing.assert_close(out, fn(xe, we, be))
+    out.backward(g)
+    for a, e in ((xc, xe), (wc, we), (bc, be)):
+        torch.testing.assert_close(a.grad, e.grad, atol=1e-5, rtol=1e-5)
+    forward = [a for a in fusebackend.history() if a.name.startswith("forward")]
+    assert len(forward) == 1 and forward[0].kernel_count == 1, forward[0].schedule
+    assert fusebackend.metrics.eager_graphs == 0

@@ -1,0 +1,683 @@
+"""Op tests: every reduction lowering against eager, over dims, layouts, dtypes and row lengths.
+
+Each case compiles with ``backend="fuse"``, compares with eager on fresh random inputs
+(``helpers.check``) and asserts that the work became generated kernels with no ATen fallback, so
+a test never passes by comparing eager with eager. The matrices:
+
+- ``test_multi_dim_op`` / ``test_one_dim_op``: op x reduced dims (last, first, middle, several,
+  all) x keepdim;
+- ``test_op_layout``: op x non-contiguous input (transposed, step slice, offset, expanded,
+  permuted);
+- ``test_float_dtype`` / ``test_int_dtype`` / ``test_bool_dtype``: fp32/fp16/bf16 (half types
+  accumulate in fp32), int32/int64, bool;
+- row lengths 1, 7, 1000, 4097 (persistent), 20000 (looped), 100000 with few rows and a
+  full reduction of ~300k elements (split, two-phase);
+- normalizations (softmax, log_softmax, layer/group/batch/RMS norm, vector norms);
+- NaN, inf, ties and empty reductions.
+
+Sizes: in Triton's interpreter ``tl.reduce`` with a combine function runs its combine once per
+element in Python (~30 us for a sum, ~300 us for max/argmax), padding included. The op matrices
+use tensors of a few hundred elements; the long-row cases use one or two rows and mostly sums.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusebackend
+from helpers import TOLERANCE, assert_same, check, compile_fn, kernel_count
+
+f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
+i32, i64 = torch.int32, torch.int64
+
+
+def check_lowered(fn: Callable[..., Any], *args: Any, atol: float | None = None, rtol: float | None = None) -> Any:
+    """``check`` plus: at least one kernel was generated and no op fell back to ATen."""
+    out = check(fn, *args, atol=atol, rtol=rtol)
+    assert kernel_count() >= 1, "no kernel generated"
+    assert not fusebackend.metrics.fallbacks, f"ATen fallbacks: {dict(fusebackend.metrics.fallbacks)}"
+    return out
+
+
+def near_one(*shape: int, dtype: torch.dtype = f32) -> torch.Tensor:
+    """Values in [0.9, 1.1]: products of many of them stay finite and well conditioned."""
+    return (1 + 0.2 * (torch.rand(shape) - 0.5)).to(dtype)
+
+
+def sources() -> list[str]:
+    return [s for a in fusebackend.history() for s in a.kernels.values()]
+
+
+def looped(source: str) -> bool:
+    return "for roffset in range" in source
+
+
+# ------------------------------------------------------------------------------ op x dims
+
+# ops that accept a list of dims (or None for all)
+MULTI_DIM: dict[str, Callable[..., Any]] = {
+    "sum": lambda x, d, k: x.sum(d, keepdim=k),
+    "mean": lambda x, d, k: x.mean(d, keepdim=k),
+    "amax": lambda x, d, k: x.amax(d, keepdim=k) if d is not None else x.amax(),
+    "amin": lambda x, d, k: x.amin(d, keepdim=k) if d is not None else x.amin(),
+    "any": lambda x, d, k: (x > 1.0).any(d, keepdim=k) if d is not None else (x > 1.0).any(),
+    "all": lambda x, d, k: (x > -1.5).all(d, keepdim=k) if d is not None else (x > -1.5).all(),
+    "var": lambda x, d, k: x.var(d, keepdim=k),
+    "var_c0": lambda x, d, k: torch.var(x, d, correction=0, keepdim=k),
+    "std": lambda x, d, k: x.std(d, keepdim=k),
+    "var_mean_c0": lambda x, d, k: torch.var_mean(x, d, correction=0, keepdim=k),
+    "var_mean_c1": lambda x, d, k: torch.var_mean(x, d, correction=1, keepdim=k),
+    "logsumexp": lambda x, d, k: torch.logsumexp(x, d if d is not None else (0, 1, 2), keepdim=k),
+}
+
+DIMS: dict[str, Any] = {"last": -1, "first": 0, "middle": 1, "0_2": (0, 2), "all": None}
+DIMS_KEEP = [("last", False), ("last", True), ("first", False), ("middle", True), ("0_2", False),
+             ("0_2", True), ("all", False), ("all", True)]
+
+
+@pytest.mark.parametrize("dims, keepdim", DIMS_KEEP, ids=[f"{d}-{'keep' if k else 'nokeep'}" for d, k in DIMS_KEEP])
+@pytest.mark.parametrize("name", list(MULTI_DIM), ids=str)
+def test_multi_dim_op(name: str, dims: str, keepdim: bool) -> None:
+    if dims == "all" and keepdim and name in ("amax", "amin", "any", "all"):
+        pytest.skip("covered by the nokeep variant (no dim argument)")
+    d = DIMS[dims]
+    fn = MULTI_DIM[name]
+    check_lowered(lambda x: fn(x, d, keepdim), torch.randn(4, 6, 8))
+
+
+# ops that take one dim (or None for the flattened tensor, where eager allows it)
+ONE_DIM: dict[str, Callable[..., Any]] = {
+    "prod": lambda x, d, k: (x * 0.1 + 1).prod(d, keepdim=k) if d is not None else (x * 0.1 + 1).prod(),
+    "argmax": lambda x, d, k: x.argmax(d, keepdim=k),
+    "argmin": lambda x, d, k: x.argmin(d, keepdim=k),
+    "max_dim": lambda x, d, k: tuple(torch.max(x, d, keepdim=k)),
+    "min_dim": lambda x, d, k: tuple(torch.min(x, d, keepdim=k)),
+    "softmax": lambda x, d, k: torch.softmax(x, d),
+    "log_softmax": lambda x, d, k: torch.log_softmax(x, d),
+}
+ONE_DIM_CASES = [
+    (name, dims, keep)
+    for name in ONE_DIM
+    for dims in ("last", "first", "middle", "all")
+    for keep in (False, True)
+    if not (dims == "all" and name in ("max_dim", "min_dim", "softmax", "log_softmax"))  # eager needs a dim
+    and not (keep and name in ("softmax", "log_softmax"))  # no keepdim argument
+]
+
+
+@pytest.mark.parametrize("name, dims, keepdim", ONE_DIM_CASES,
+                         ids=[f"{n}-{d}-{'keep' if k else 'nokeep'}" for n, d, k in ONE_DIM_CASES])
+def test_one_dim_op(name: str, dims: str, keepdim: bool) -> None:
+    d = DIMS[dims]
+    fn = ONE_DIM[name]
+    check_lowered(lambda x: fn(x, d, keepdim), torch.randn(4, 6, 8))
+
+
+@pytest.mark.parametrize("keepdim", [False, True], ids=["nokeep", "keep"])
+def test_sum_all_dims_as_list(keepdim: bool) -> None:
+    out = check_lowered(lambda x: x.sum((0, 1, 2), keepdim=keepdim), torch.randn(5, 6, 7))
+    assert out.shape == ((1, 1, 1) if keepdim else ())
+
+
+def test_negative_dim_spellings() -> None:
+    check_lowered(lambda x: x.sum((-1, 0)) + x.amax((2, -3)), torch.randn(4, 5, 6))
+
+
+def test_reduce_4d_outer_and_inner() -> None:
+    check_lowered(lambda x: (x.sum((0, 3)), x.mean((1, 2), keepdim=True)), torch.randn(3, 4, 5, 6))
+
+
+# ---------------------------------------------------------------------------- op x layout
+
+
+def _layout(kind: str) -> torch.Tensor:
+    if kind == "transposed":
+        return torch.randn(14, 12).t()  # (12, 14), strides (1, 12)
+    if kind == "step_slice":
+        return torch.randn(12, 28)[:, ::2]  # (12, 14), strides (28, 2)
+    if kind == "offset_slice":
+        return torch.randn(14, 20)[1:13, 3:17]  # storage offset, row stride 20
+    if kind == "expanded":
+        return torch.randn(1, 14).expand(12, 14)  # stride 0 over rows
+    if kind == "expanded_inner":
+        return torch.randn(12, 1).expand(12, 14)  # stride 0 along the reduced dim
+    if kind == "permuted3d":
+        return torch.randn(3, 4, 6).permute(2, 0, 1)  # (6, 3, 4)
+    raise AssertionError(kind)
+
+
+LAYOUT_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sum_last": lambda x: x.sum(-1),
+    "sum_first": lambda x: x.sum(0),
+    "mean_all": lambda x: x.mean(),
+    "amax_last": lambda x: x.amax(-1, keepdim=True),
+    "argmax_last": lambda x: x.argmax(-1),
+    "argmin_first": lambda x: x.argmin(0),
+    "var_mean_last": lambda x: torch.var_mean(x, -1),
+    "softmax_last": lambda x: torch.softmax(x, -1),
+    "softmax_first": lambda x: torch.softmax(x, 0),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+}
+LAYOUTS = ["transposed", "step_slice", "offset_slice", "expanded", "expanded_inner", "permuted3d"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", list(LAYOUT_OPS), ids=str)
+def test_op_layout(name: str, layout: str) -> None:
+    if layout == "expanded_inner" and name == "layer_norm":
+        pytest.skip("constant rows: (x - mean) * rsqrt(eps) amplifies the rounding of the mean")
+    if "expanded" in layout and name.startswith(("argmax", "argmin")):
+        pytest.skip("repeated values tie: test_argmax_ties_expanded")
+    check_lowered(LAYOUT_OPS[name], _layout(layout))
+
+
+def test_output_strides_follow_eager_for_permuted_input() -> None:
+    x = torch.randn(4, 5, 6).permute(2, 0, 1)
+    fn = lambda x: x.sum(1, keepdim=True)  # noqa: E731
+    out = check_lowered(fn, x)
+    assert out.stride() == fn(x).stride()
+
+
+# ----------------------------------------------------------------------------- op x dtype
+
+FLOAT_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sum": lambda x: x.sum(-1),
+    "sum_col": lambda x: x.sum(0),
+    "mean": lambda x: x.mean(-1),
+    "amax": lambda x: x.amax(-1),
+    "amin": lambda x: x.amin(0),
+    "argmax": lambda x: x.argmax(-1),
+    "argmin": lambda x: x.argmin(-1),
+    "max_dim": lambda x: tuple(torch.max(x, -1)),
+    "var": lambda x: x.var(-1),
+    "std_c0": lambda x: x.std(-1, correction=0),
+    "var_mean": lambda x: torch.var_mean(x, -1),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)),
+    "rms_norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+    "sum_all": lambda x: x.sum(),
+}
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+@pytest.mark.parametrize("name", list(FLOAT_OPS), ids=str)
+def test_float_dtype(name: str, dtype: torch.dtype) -> None:
+    if name in ("argmax", "argmin", "max_dim") and dtype != f32:
+        # rounding to a half type makes ties (tested on their own): distinct integers per row,
+        # exact in every float type
+        x = torch.stack([torch.randperm(256)[:60] - 128 for _ in range(8)]).to(dtype)
+    else:
+        x = torch.randn(8, 60).to(dtype)
+    atol, rtol = TOLERANCE[dtype]
+    if name == "sum_all" and dtype != f32:
+        atol, rtol = 4 * atol, 4 * rtol  # a 480-element sum rounded once vs eager's order
+    check_lowered(FLOAT_OPS[name], x, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16], ids=str)
+def test_half_prod_accumulates_in_fp32(dtype: torch.dtype) -> None:
+    # eager's CPU prod of a half tensor rounds after every multiply (off by ~1e-2 over 200
+    # factors); the compiled kernel accumulates in fp32 and rounds once, like the fp32 product
+    x = near_one(8, 200, dtype=dtype)
+    out = compile_fn(lambda x: x.prod(-1))(x)
+    assert out.dtype == dtype
+    assert_same(out, x.float().prod(-1).to(dtype))
+    assert kernel_count() == 1 and not fusebackend.metrics.fallbacks
+
+
+INT_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sum": lambda x: x.sum(-1),
+    "sum_col": lambda x: x.sum(0, keepdim=True),
+    "sum_all": lambda x: x.sum(),
+    "argmax": lambda x: x.argmax(-1),
+    "argmin": lambda x: x.argmin(0),
+    "amax": lambda x: x.amax(-1),
+    "amin": lambda x: x.amin(0),
+    "max_dim": lambda x: tuple(torch.max(x, -1)),
+    "prod": lambda x: x.prod(-1),
+}
+
+
+@pytest.mark.parametrize("dtype", [i32, i64], ids=str)
+@pytest.mark.parametrize("name", list(INT_OPS), ids=str)
+def test_int_dtype(name: str, dtype: torch.dtype) -> None:
+    if name == "prod":
+        x = torch.randint(-3, 4, (9, 11), dtype=dtype)
+    elif name.startswith(("arg", "max")):
+        x = torch.stack([torch.randperm(11) * 7 - 30 for _ in range(9)]).to(dtype)  # no ties
+    else:
+        x = torch.randint(-1000, 1000, (9, 11), dtype=dtype)
+    out = check_lowered(INT_OPS[name], x)
+    if name.startswith("sum"):
+        assert out.dtype == torch.int64  # ints sum to int64, like eager
+
+
+def test_int32_sum_exceeding_int32_range() -> None:
+    # the sum of int32 values is int64 in eager: the accumulator must not wrap at 2**31
+    x = torch.full((4, 64), 2**30, dtype=i32) - torch.randint(0, 1000, (4, 64), dtype=i32)
+    out = check_lowered(lambda x: x.sum(-1), x)
+    assert (out > 2**31).all()
+
+
+def test_sum_with_dtype_argument() -> None:
+    check_lowered(lambda x: x.sum(-1, dtype=torch.float32), torch.randn(8, 300).to(f16))
+
+
+def test_half_sum_accumulates_in_fp32() -> None:
+    # 4096 values near 1: an fp16 accumulator stalls at 2048, an fp32 one does not
+    x = (torch.ones(2, 4096) + torch.rand(2, 4096) * 1e-3).to(f16)
+    out = check_lowered(lambda x: x.sum(-1), x)
+    assert (out.float() > 4000).all()
+
+
+BOOL_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "any_last": lambda x: x.any(-1),
+    "all_last": lambda x: x.all(-1),
+    "any_first_keep": lambda x: x.any(0, keepdim=True),
+    "all_first": lambda x: x.all(0),
+    "any_all": lambda x: x.any(),
+    "all_all": lambda x: x.all(),
+    "sum_bool": lambda x: x.sum(-1),
+}
+
+
+@pytest.mark.parametrize("name", list(BOOL_OPS), ids=str)
+def test_bool_dtype(name: str) -> None:
+    x = torch.rand(12, 9) < 0.7
+    x[0] = True  # a row that is all True
+    x[1] = False  # a row that is all False
+    x[:, 0] = True
+    check_lowered(BOOL_OPS[name], x)
+
+
+def test_any_all_of_float_input() -> None:
+    x = torch.randn(10, 7)
+    x[2] = 0.0
+    x[3, 4] = 0.0
+    check_lowered(lambda x: (x.any(-1), x.all(-1), x.all(), x.any(0)), x)
+
+
+# ---------------------------------------------------------------------------- row lengths
+
+ROW_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sum": lambda x: x.sum(-1),
+    "amax": lambda x: x.amax(-1),
+    "argmax": lambda x: x.argmax(-1),
+    "var_mean": lambda x: torch.var_mean(x, -1),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+}
+ROW_CASES = [(name, rows, length) for rows, length in ((5, 1), (9, 7), (2, 1000)) for name in ROW_OPS] + [
+    (name, 1, 4097) for name in ("sum", "var_mean", "softmax")
+]
+
+
+@pytest.mark.parametrize("name, rows, length", ROW_CASES, ids=[f"{n}-{r}x{c}" for n, r, c in ROW_CASES])
+def test_row_length_persistent(name: str, rows: int, length: int) -> None:
+    check_lowered(ROW_OPS[name], torch.randn(rows, length))
+    assert not any(looped(s) for s in sources())
+
+
+LOOPED_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "sum": lambda x: x.sum(-1),
+    "mean_keep": lambda x: x.mean(-1, keepdim=True),
+    "var_mean": lambda x: torch.var_mean(x, -1),
+    "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)),
+    "any": lambda x: (x > 3.5).any(-1),
+    "prod": lambda x: (1 + x * 1e-3).prod(-1),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPED_OPS), ids=str)
+def test_looped_row_of_20000(name: str) -> None:
+    # a row longer than one interpreter block (16384), too short to split: a looped kernel
+    check_lowered(LOOPED_OPS[name], torch.randn(1, 20_000), atol=1e-4, rtol=1e-4)
+    assert sources() and all(looped(s) for s in sources())
+
+
+def test_looped_32_rows_of_20000() -> None:
+    # 32 rows: enough rows that the reduction is never split; looped over each row
+    out = check_lowered(lambda x: x.sum(-1), torch.randn(32, 20_000), atol=1e-4, rtol=1e-4)
+    assert out.shape == (32,)
+    assert kernel_count() == 1 and looped(sources()[0])
+
+
+def test_looped_argmax_nan_and_ties() -> None:
+    x = torch.randint(0, 3, (2, 20_000)).float()  # row 0: many equal maxima, first one wins
+    x[1, 17_000] = math.nan  # row 1: NaNs in both blocks of the loop, the first one wins
+    x[1, 19_999] = math.nan
+    x[1, 16_384] = 5.0
+    check_lowered(lambda x: x.argmax(-1), x)
+    assert looped(sources()[0])
+
+
+@pytest.mark.parametrize("name", ["sum", "var_mean"], ids=str)
+def test_split_row_of_100000(name: str) -> None:
+    # one row of 100000: too few rows for the GPU, a long row -> two phases (two kernels each)
+    fn = {"sum": lambda x: x.sum(-1, keepdim=True), "var_mean": lambda x: torch.var_mean(x, -1)}[name]
+    check_lowered(fn, torch.randn(1, 100_000), atol=1e-4, rtol=1e-4)
+    assert any("split, phase 1" in s for s in sources()) and any("split, phase 2" in s for s in sources())
+
+
+def test_split_column_reduction_uneven_chunks() -> None:
+    # reducing the first dim of (70000, 2): two outputs, long strided rows, each split into 9
+    # chunks of 7778 (the last one partial)
+    out = check_lowered(lambda x: x.sum(0), torch.randn(70_000, 2), atol=1e-4, rtol=1e-4)
+    assert out.shape == (2,) and kernel_count() == 2
+
+
+def test_full_reduction_of_300k_to_scalar() -> None:
+    x = torch.randn(300_007)
+    out = check_lowered(lambda x: x.sum(), x, atol=1e-4, rtol=1e-4)
+    assert out.shape == ()
+    assert kernel_count() == 2, "a full reduction of 300k elements is split in two phases"
+
+
+def test_full_reduction_of_2d_to_scalar_uneven_split() -> None:
+    # 257 x 301 = 77357 elements: 10 chunks of 7736, the last one partial; each chunk position
+    # is unravelled over both dims of the input
+    check_lowered(lambda x: x.sum(), torch.randn(257, 301), atol=1e-4, rtol=1e-4)
+
+
+# -------------------------------------------------------------------------- normalizations
+
+
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_softmax_and_log_softmax_dims(dim: int) -> None:
+    check_lowered(lambda x: (torch.softmax(x, dim), torch.log_softmax(x, dim)), torch.randn(5, 6, 7) * 4)
+
+
+def test_softmax_large_values_stable() -> None:
+    x = torch.randn(8, 64) * 50 + 500  # exp would overflow without subtracting the max
+    out = check_lowered(lambda x: torch.softmax(x, -1), x)
+    assert torch.isfinite(out).all()
+
+
+def test_softmax_half_to_float() -> None:
+    check_lowered(lambda x: torch.softmax(x, -1, dtype=torch.float32), torch.randn(8, 64).to(f16))
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+def test_layer_norm(affine: bool, dtype: torch.dtype) -> None:
+    x = torch.randn(4, 9, 48).to(dtype)
+    if affine:
+        w, b = torch.randn(48).to(dtype), torch.randn(48).to(dtype)
+        check_lowered(lambda x, w, b: F.layer_norm(x, (48,), w, b, 1e-5), x, w, b)
+    else:
+        check_lowered(lambda x: F.layer_norm(x, (48,)), x)
+
+
+def test_layer_norm_over_two_dims() -> None:
+    x, w, b = torch.randn(4, 6, 8), torch.randn(6, 8), torch.randn(6, 8)
+    check_lowered(lambda x, w, b: F.layer_norm(x, (6, 8), w, b), x, w, b)
+
+
+@pytest.mark.parametrize("groups", [1, 4, 8])
+def test_group_norm(groups: int) -> None:
+    x, w, b = torch.randn(3, 8, 5, 6), torch.randn(8), torch.randn(8)
+    check_lowered(lambda x, w, b: F.group_norm(x, groups, w, b, 1e-5), x, w, b)
+
+
+def test_group_norm_half() -> None:
+    x, w, b = torch.randn(2, 8, 4, 4).to(f16), torch.randn(8).to(f16), torch.randn(8).to(f16)
+    check_lowered(lambda x, w, b: F.group_norm(x, 2, w, b), x, w, b, atol=4e-3, rtol=4e-3)
+
+
+def test_batch_norm_eval() -> None:
+    x = torch.randn(6, 5, 7, 3)
+    rm, rv = torch.randn(5), torch.rand(5) + 0.5
+    w, b = torch.randn(5), torch.randn(5)
+    check_lowered(lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5), x, rm, rv, w, b)
+
+
+@pytest.mark.parametrize("shape", [(16, 6), (6, 5, 7, 3)], ids=str)
+def test_batch_norm_training_updates_running_stats(shape: tuple[int, ...]) -> None:
+    c = shape[1]
+    x = torch.randn(shape) * 2 + 0.5
+    w, b = torch.randn(c), torch.randn(c)
+    rm0, rv0 = torch.randn(c), torch.rand(c) + 0.5
+
+    def fn(x, rm, rv, w, b):
+        return F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+
+    rm_e, rv_e = rm0.clone(), rv0.clone()
+    expected = fn(x, rm_e, rv_e, w, b)
+    rm_c, rv_c = rm0.clone(), rv0.clone()
+    actual = compile_fn(fn)(x, rm_c, rv_c, w, b)
+    assert_same(actual, expected)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert kernel_count() >= 1
+    assert not torch.equal(rm_c, rm0), "running mean was not updated"
+    torch.testing.assert_close(rm_c, rm_e, atol=1e-5, rtol=1e-5)  # rv uses the unbiased variance
+    torch.testing.assert_close(rv_c, rv_e, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_norm_module_training_two_steps() -> None:
+    bn_e, bn_c = torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+    with torch.no_grad():
+        bn_e.weight.copy_(torch.randn(4))
+        bn_e.bias.copy_(torch.randn(4))
+    bn_c.load_state_dict(bn_e.state_dict())
+    compiled = compile_fn(bn_c)
+    for _ in range(2):
+        x = torch.randn(3, 4, 5, 5) * 3 + 1
+        with torch.no_grad():
+            assert_same(compiled(x), bn_e(x))
+    assert fusebackend.metrics.eager_graphs == 0
+    torch.testing.assert_close(bn_c.running_mean, bn_e.running_mean)
+    torch.testing.assert_close(bn_c.running_var, bn_e.running_var)
+    assert int(bn_c.num_batches_tracked) == 2
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+def test_rms_norm_written_out(dtype: torch.dtype) -> None:
+    x, w = torch.randn(6, 10, 64).to(dtype), torch.randn(64).to(dtype)
+
+    def rms(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    check_lowered(rms, x, w)
+
+
+def test_rms_norm_functional() -> None:
+    x, w = torch.randn(6, 10, 64), torch.randn(64)
+    check_lowered(lambda x, w: F.rms_norm(x, (64,), w, 1e-6), x, w)
+
+
+# aten.linalg_vector_norm has no lowering and no decomposition in the table: it runs as an ATen
+# call. The values are checked here; test_vector_norm_is_generated says when that changes.
+
+
+def check_norm(fn: Callable[..., Any], *args: Any, atol: float | None = None, rtol: float | None = None) -> Any:
+    out = check(fn, *args, atol=atol, rtol=rtol)
+    assert set(fusebackend.metrics.fallbacks) <= {"linalg_vector_norm"}, dict(fusebackend.metrics.fallbacks)
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="linalg_vector_norm is not lowered or decomposed (ATen fallback)")
+def test_vector_norm_is_generated() -> None:
+    check_lowered(lambda x: torch.linalg.vector_norm(x, 2, -1), torch.randn(6, 10))
+
+
+@pytest.mark.parametrize("dims, keepdim", DIMS_KEEP, ids=[f"{d}-{'keep' if k else 'nokeep'}" for d, k in DIMS_KEEP])
+def test_vector_norm_dims(dims: str, keepdim: bool) -> None:
+    d = DIMS[dims]
+    check_norm(lambda x: torch.linalg.vector_norm(x * 2 + 1, 2, d, keepdim=keepdim), torch.randn(4, 6, 8))
+
+
+@pytest.mark.parametrize("dtype", [f32, f16, bf16], ids=str)
+def test_vector_norm_dtype(dtype: torch.dtype) -> None:
+    atol, rtol = TOLERANCE[dtype]
+    check_norm(lambda x: torch.linalg.vector_norm(x, dim=-1), torch.randn(8, 60).to(dtype), atol=atol, rtol=rtol)
+
+
+NORMS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "l2_all": lambda x: torch.linalg.vector_norm(x),
+    "l1_last": lambda x: torch.linalg.vector_norm(x, 1, -1),
+    "l3_0_2": lambda x: torch.linalg.vector_norm(x, 3, (0, 2), keepdim=True),
+    "linf": lambda x: torch.linalg.vector_norm(x, math.inf, -1),
+    "lminf_first": lambda x: torch.linalg.vector_norm(x, -math.inf, 0),
+    "l0": lambda x: torch.linalg.vector_norm(x, 0, -1),
+    "norm": lambda x: torch.norm(x),
+    "norm_dim": lambda x: torch.norm(x, dim=1),
+    "norm_p1": lambda x: torch.norm(x, p=1, dim=(1, 2)),
+    "normalize": lambda x: F.normalize(x, dim=-1),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMS), ids=str)
+def test_vector_norm(name: str) -> None:
+    x = torch.randn(5, 6, 7)
+    x[0, 0, :3] = 0.0  # zeros for the 0-"norm"
+    check_norm(NORMS[name], x)
+
+
+# ----------------------------------------------------------------------- NaN, inf, ties, empty
+
+
+def _with_nans(shape: tuple[int, ...], frac: float = 0.05) -> torch.Tensor:
+    x = torch.randn(shape)
+    x[torch.rand(shape) < frac] = math.nan
+    x[0] = torch.randn(shape[1:])  # the first row has no NaN
+    return x
+
+
+NAN_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
+    "amax": lambda x: x.amax(-1),
+    "amin": lambda x: x.amin(-1),
+    "amax_first": lambda x: x.amax(0),
+    "argmax": lambda x: x.argmax(-1),
+    "argmin": lambda x: x.argmin(-1),
+    "argmax_first": lambda x: x.argmax(0),
+    "max_dim": lambda x: tuple(torch.max(x, -1)),
+    "min_dim": lambda x: tuple(torch.min(x, -1)),
+    "sum": lambda x: x.sum(-1),
+    "amax_all": lambda x: x.amax(),
+    "argmax_all": lambda x: x.argmax(),
+}
+
+
+@pytest.mark.parametrize("name", list(NAN_OPS), ids=str)
+def test_nan_propagation(name: str) -> None:
+    check_lowered(NAN_OPS[name], _with_nans((8, 30)))
+
+
+def test_all_nan_row() -> None:
+    x = torch.randn(4, 9)
+    x[2] = math.nan
+    check_lowered(lambda x: (x.amax(-1), x.argmax(-1), x.argmin(-1), torch.softmax(x, -1)), x)
+
+
+def test_infinities() -> None:
+    x = torch.randn(6, 20)
+    x[1, 3] = math.inf
+    x[2, 4] = -math.inf
+    x[3] = -math.inf  # all -inf: argmax is the first index, amax is -inf
+    x[4, 7] = math.inf
+    x[4, 9] = math.inf
+    check_lowered(lambda x: (x.amax(-1), x.amin(-1), x.argmax(-1), x.argmin(-1), x.sum(-1)), x)
+
+
+def test_logsumexp_with_infinite_rows() -> None:
+    x = torch.randn(5, 12)
+    x[1] = -math.inf  # logsumexp is -inf
+    x[2, 3] = math.inf  # logsumexp is inf
+    x[3, :6] = -math.inf
+    check_lowered(lambda x: torch.logsumexp(x, -1), x)
+
+
+def test_softmax_masked_row() -> None:
+    x = torch.randn(4, 16)
+    x[:, 8:] = -math.inf  # masked attention positions
+    out = check_lowered(lambda x: torch.softmax(x, -1), x)
+    assert (out[:, 8:] == 0).all()
+
+
+def test_argmax_ties_first_index() -> None:
+    x = torch.randint(0, 3, (16, 12)).float()  # many equal maxima and minima per row
+    check_lowered(lambda x: (x.argmax(-1), x.argmin(-1), torch.max(x, -1)[1], torch.min(x, 0)[1]), x)
+
+
+def test_argmax_ties_expanded() -> None:
+    x = torch.randn(12, 1).expand(12, 14)  # every row constant: index 0
+    out = check_lowered(lambda x: (x.argmax(-1), x.argmin(-1)), x)
+    assert (out[0] == 0).all() and (out[1] == 0).all()
+
+
+# A reduction over a 0-size dim once loaded from the empty tensor's null pointer and crashed the
+# interpreter with a segmentation fault; a crash would take the test process with it, so these
+# cases run in a child process.
+EMPTY_CHILD = """
+import sys
+import torch, fusebackend
+from helpers import check
+for shape, dims in (((0, 5), ()), ((4, 0), (-1,))):
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    print("case", shape, dims, flush=True)
+    x = torch.randn(shape)
+    out = check(lambda x: (x.sum(*dims), x.prod(*dims), x.any(*dims), x.all(*dims)), x)
+    assert out[0].eq(0).all() and out[1].eq(1).all() and not out[2].any() and out[3].all()
+    assert fusebackend.last_compiled() is not None and not fusebackend.metrics.fallbacks
+print("ok")
+"""
+
+
+def test_empty_reductions() -> None:
+    # sum over a 0-size dim is 0, prod 1, any False, all True; rows of 0 and a full reduction of 0
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(EMPTY_CHILD)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, (
+        f"child exited with {proc.returncode} (-11: segmentation fault) after:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    )
+
+
+def test_empty_output_rows() -> None:
+    # zero rows to reduce: nothing to compute, the output is empty
+    check(lambda x: (x.sum(-1), x.amax(-1)), torch.randn(0, 7))
+
+
+def test_reduce_over_size_one_dim() -> None:
+    x = torch.randn(5, 1, 6)
+    check_lowered(lambda x: (x.sum(1), x.amax(1), x.argmax(1), x.var(1, correction=0), torch.softmax(x, 1)), x)
+
+
+def test_zero_dim_input() -> None:
+    check_lowered(lambda x: (x.sum(), x.amax(), x.argmax(), x.mean()), torch.randn(()))
+
+
+# --------------------------------------------------------------------- reductions in context
+
+
+def test_reduction_of_a_broadcast_expression() -> None:
+    x, y = torch.randn(8, 1, 16), torch.randn(1, 12, 16)
+    check_lowered(lambda x, y: (x * y).sum(-1) + (x - y).amax(-1), x, y)
+
+
+def test_chained_reductions() -> None:
+    check_lowered(lambda x: x.sum(-1).amax(-1) + x.mean((1, 2)), torch.randn(6, 10, 12))
+
+
+def test_reduction_result_reused_many_times() -> None:
+    x = torch.randn(9, 33)
+    check_lowered(lambda x: (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True) * x.amax(-1, keepdim=True), x)
+
+
+@pytest.mark.xfail(strict=True, reason="aten.max.default / aten.min.default (no dim) have no lowering (ATen fallback)")
+def test_full_max_min_is_generated() -> None:
+    check_lowered(lambda x: (x.max(), x.min()), torch.randn(7, 9))
