@@ -327,13 +327,11 @@ def format_expr(expr: Expr) -> str:
 # ------------------------------------------------------------------------------------- nodes
 
 
-@dataclasses.dataclass(frozen=True)
-class Pointwise:
-    """``buffer[i0, i1, ...] = body`` for every index of the buffer's sizes."""
+class _Computed:
+    """What Pointwise and Reduction share: a buffer they write from a body they evaluate."""
 
     buffer: Buffer
     body: Expr
-    origin: str
 
     @property
     def name(self) -> str:
@@ -347,11 +345,20 @@ class Pointwise:
         return [ld.view for ld in loads(self.body)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Pointwise(_Computed):
+    """``buffer[i0, i1, ...] = body`` for every index of the buffer's sizes."""
+
+    buffer: Buffer
+    body: Expr
+    origin: str
+
+
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any")
 
 
 @dataclasses.dataclass(frozen=True)
-class Reduction:
+class Reduction(_Computed):
     """``buffer[i...] = reduce over r... of body``; the body sees both ``i`` and ``r`` variables.
 
     ``source_sizes`` is the shape of the tensor being reduced and ``source_index`` its index in
@@ -375,19 +382,8 @@ class Reduction:
             raise ValueError(f"unknown reduction type {self.reduction_type!r}")
 
     @property
-    def name(self) -> str:
-        return self.buffer.name
-
-    @property
-    def ranges(self) -> tuple[int, ...]:
-        return self.buffer.sizes
-
-    @property
     def reduction_numel(self) -> int:
         return math.prod(self.reduction_ranges)
-
-    def reads(self) -> list[View]:
-        return [ld.view for ld in loads(self.body)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,15 +70,19 @@ def _floor_div(a: Expr, b: Expr) -> Expr:
     if a.dtype.is_floating_point:
         return op("floor", op("truediv", a, b))
     q = op("int_truncdiv", a, b)
-    r = op("int_truncmod", a, b)
-    zero = Constant(0, a.dtype)
-    adjust = op(
+    adjust = _signs_differ(op("int_truncmod", a, b), b)
+    return op("sub", q, cast(adjust, a.dtype))
+
+
+def _signs_differ(r: Expr, b: Expr) -> Expr:
+    """A nonzero truncated remainder whose sign differs from the divisor's (floor needs a step)."""
+    zero = Constant(0, r.dtype)
+    return op(
         "logical_and",
         op("ne", r, zero, dtype=torch.bool),
         op("ne", op("lt", r, zero, dtype=torch.bool), op("lt", b, zero, dtype=torch.bool), dtype=torch.bool),
         dtype=torch.bool,
     )
-    return op("sub", q, cast(adjust, a.dtype))
 
 
 def _trunc(x: Expr) -> Expr:
@@ -108,14 +112,7 @@ def floor_divide(ctx: LoweringContext, self: Any, other: Any) -> Expr:
 def remainder(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     a, b = _operands(ctx, self, other)
     r = op("fmod", a, b) if a.dtype.is_floating_point else op("int_truncmod", a, b)
-    zero = Constant(0, a.dtype)
-    wrong_sign = op(
-        "logical_and",
-        op("ne", r, zero, dtype=torch.bool),
-        op("ne", op("lt", r, zero, dtype=torch.bool), op("lt", b, zero, dtype=torch.bool), dtype=torch.bool),
-        dtype=torch.bool,
-    )
-    return op("where", wrong_sign, op("add", r, b), r)
+    return op("where", _signs_differ(r, b), op("add", r, b), r)
 
 
 @register_pointwise(aten.fmod.Tensor, aten.fmod.Scalar)
