@@ -508,7 +508,6 @@ def check_norm(fn: Callable[..., Any], *args: Any, atol: float | None = None, rt
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="linalg_vector_norm is not lowered or decomposed (ATen fallback)")
 def test_vector_norm_is_generated() -> None:
     check_lowered(lambda x: torch.linalg.vector_norm(x, 2, -1), torch.randn(6, 10))
 
@@ -678,6 +677,5 @@ def test_reduction_result_reused_many_times() -> None:
     check_lowered(lambda x: (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True) * x.amax(-1, keepdim=True), x)
 
 
-@pytest.mark.xfail(strict=True, reason="aten.max.default / aten.min.default (no dim) have no lowering (ATen fallback)")
 def test_full_max_min_is_generated() -> None:
     check_lowered(lambda x: (x.max(), x.min()), torch.randn(7, 9))

@@ -227,3 +227,58 @@ def std(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = No
     acc = ir.compute_dtype(out_dtype)
     v, _ = _variance(b, self, _dims(self, dim), _correction(correction), keepdim, acc, None)
     return b.pointwise(v.sizes, out_dtype, lambda ctx: op("sqrt", ctx.value(v, acc)), _out_strides(b))
+
+
+@register_composite(aten.max.default)
+def max_all(b: GraphLowering, self: TensorArg) -> TensorArg:
+    if self.dtype == torch.bool:
+        raise Unsupported("max of bool")
+    return _reduce_simple(b, self, None, False, "max")
+
+
+@register_composite(aten.min.default)
+def min_all(b: GraphLowering, self: TensorArg) -> TensorArg:
+    if self.dtype == torch.bool:
+        raise Unsupported("min of bool")
+    return _reduce_simple(b, self, None, False, "min")
+
+
+@register_composite(aten.linalg_vector_norm.default)
+def vector_norm(
+    b: GraphLowering, self: TensorArg, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None
+) -> TensorArg:
+    """sum(|x|^p)^(1/p); the max or min of |x| for p = +-inf; the count of nonzeros for p = 0."""
+    out_dtype = _out_dtype(b)
+    if not out_dtype.is_floating_point or not self.dtype.is_floating_point:
+        raise Unsupported("vector norm of a non-float tensor")
+    acc = ir.compute_dtype(out_dtype)
+    dims = _dims(self, dim)
+    p = float(ord)
+    sizes = _reduced_sizes(self.sizes, dims, keepdim)
+    magnitude = lambda ctx: op("abs", ctx.value(self, acc))  # noqa: E731
+    if math.isinf(p):
+        rtype = "max" if p > 0 else "min"
+        return b.reduce(self, dims, keepdim, rtype, out_dtype, magnitude, _out_strides(b))
+    if p == 0:
+        nonzero = lambda ctx: cast(op("ne", ctx.value(self, acc), Constant(0.0, acc), dtype=torch.bool), acc)  # noqa: E731
+        return b.reduce(self, dims, keepdim, "sum", out_dtype, nonzero, _out_strides(b))
+
+    def powered(ctx: LoweringContext) -> ir.Expr:
+        m = magnitude(ctx)
+        if p == 1:
+            return m
+        if p == 2:
+            return op("mul", m, m)
+        return op("exp2", op("mul", Constant(p, acc), op("log2", m)))
+
+    total = b.reduce(self, dims, keepdim, "sum", acc, powered)
+
+    def root(ctx: LoweringContext) -> ir.Expr:
+        s = ctx.value(total, acc)
+        if p == 1:
+            return s
+        if p == 2:
+            return op("sqrt", s)
+        return op("exp2", op("mul", Constant(1.0 / p, acc), op("log2", s)))
+
+    return b.pointwise(sizes, out_dtype, root, _out_strides(b))
