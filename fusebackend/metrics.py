@@ -32,12 +32,16 @@ def reset() -> None:
 
 
 @contextlib.contextmanager
-def timed(stage: str) -> Iterator[None]:
+def timed(stage: str, into: dict[str, float] | None = None) -> Iterator[None]:
+    """Add the block's wall time to ``stage_seconds[stage]`` (and to ``into[stage]`` if given)."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        stage_seconds[stage] += time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        stage_seconds[stage] += elapsed
+        if into is not None:
+            into[stage] = elapsed
 
 
 def summary() -> str:

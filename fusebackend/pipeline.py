@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -22,17 +21,17 @@ class CompiledGraph:
 def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> CompiledGraph:
     """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints)."""
     seconds: dict[str, float] = {}
-    with _stage("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
+    with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
         graph, moved = lowering.lower(gm, args, name)
     _check_device(graph.device)
-    with _stage("verify", seconds):  # the IR's invariants
+    with metrics.timed("verify", seconds):  # the IR's invariants
         ir.verify(graph)
-    with _stage("schedule", seconds):  # fusion groups by bytes saved, in execution order
+    with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
         sched = scheduler.schedule(graph)
-    with _stage("codegen", seconds):  # Triton source per group, Python wrapper per graph
+    with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
         kernels = [codegen.generate(plan, k) for k, plan in enumerate(sched.kernels)]
         wrapper = codegen.generate_wrapper(sched, kernels, moved)
-    with _stage("load", seconds):  # import kernels and wrapper from the cache folder
+    with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call = _load(wrapper, kernels, name)
     metrics.graphs_compiled += 1
     metrics.kernels_generated += len(kernels)
@@ -48,19 +47,6 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> C
     )
     dump.record(artifacts)
     return CompiledGraph(call, artifacts)
-
-
-class _stage:
-    def __init__(self, name: str, seconds: dict[str, float]) -> None:
-        self.name, self.seconds = name, seconds
-
-    def __enter__(self) -> None:
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc: Any) -> None:
-        elapsed = time.perf_counter() - self.start
-        self.seconds[self.name] = elapsed
-        metrics.stage_seconds[self.name] += elapsed
 
 
 def _check_device(device: torch.device) -> None:

@@ -40,6 +40,11 @@ def assert_same(actual: Any, expected: Any, atol: float | None = None, rtol: flo
     else:
         assert torch.equal(actual, expected), f"mismatch:\n{actual}\n!=\n{expected}"
 
+# Reduced dims used by the reduction and normalization op matrices, by name, with keepdim choices.
+DIMS: dict[str, Any] = {"last": -1, "first": 0, "middle": 1, "0_2": (0, 2), "all": None}
+DIMS_KEEP = [("last", False), ("last", True), ("first", False), ("middle", True), ("0_2", False),
+             ("0_2", True), ("all", False), ("all", True)]
+
 
 def compile_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compile(fn, backend="fuse", fullgraph=True)
@@ -52,6 +57,14 @@ def check(fn: Callable[..., Any], *args: Any, atol: float | None = None, rtol: f
     assert_same(actual, expected, atol, rtol)
     assert fusebackend.metrics.eager_graphs == 0, "a graph fell back to eager"
     return actual
+
+
+def check_lowered(fn: Callable[..., Any], *args: Any, atol: float | None = None, rtol: float | None = None) -> Any:
+    """``check`` plus: at least one kernel was generated and no op fell back to ATen."""
+    out = check(fn, *args, atol=atol, rtol=rtol)
+    assert kernel_count() >= 1, "no kernel generated"
+    assert not fusebackend.metrics.fallbacks, f"ATen fallbacks: {dict(fusebackend.metrics.fallbacks)}"
+    return out
 
 
 def kernels() -> dict[str, str]:

@@ -50,20 +50,17 @@ def _decorating() -> Iterator[None]:
     """
     import triton
 
-    knobs = getattr(triton, "knobs", None)
-    if knobs is None:  # an older Triton: the mode is whatever TRITON_INTERPRET said at import
-        import fusebackend.kernels.triton_helpers  # noqa: F401
-
-        yield
-        return
-    saved = knobs.runtime.interpret
-    knobs.runtime.interpret = use_interpreter()
+    knobs = getattr(triton, "knobs", None)  # absent in older Tritons: TRITON_INTERPRET decided
+    saved = knobs.runtime.interpret if knobs is not None else None
+    if knobs is not None:
+        knobs.runtime.interpret = use_interpreter()
     try:
         import fusebackend.kernels.triton_helpers  # noqa: F401  (decorated in this mode once)
 
         yield
     finally:
-        knobs.runtime.interpret = saved
+        if knobs is not None:
+            knobs.runtime.interpret = saved
 
 
 def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType:

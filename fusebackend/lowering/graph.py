@@ -409,7 +409,7 @@ class GraphLowering:
         return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
-        metrics.fallbacks[str(target.overloadpacket.__name__ if hasattr(target, "overloadpacket") else target)] += 1
+        metrics.fallbacks[target.overloadpacket.__name__] += 1
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []
         produced: dict[tuple[int, ...], TensorArg] = {}

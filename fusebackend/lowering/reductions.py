@@ -94,12 +94,8 @@ def _reduced_sizes(sizes: Sequence[int], dims: Sequence[int], keepdim: bool) -> 
 
 
 def _arg_reduce(b: GraphLowering, x: TensorArg, dim: Any, keepdim: bool, rtype: str, k: int = 0) -> TensorArg:
-    dims = _dims(x, dim)
-    if dim is None and keepdim:
-        # argmax over everything with keepdim keeps every dim as size 1
-        pass
     acc = ir.compute_dtype(x.dtype)
-    return b.reduce(x, dims, keepdim, rtype, torch.int64, lambda ctx: ctx.value(x, acc), _out_strides(b, k))
+    return b.reduce(x, _dims(x, dim), keepdim, rtype, torch.int64, lambda ctx: ctx.value(x, acc), _out_strides(b, k))
 
 
 @register_composite(aten.argmax.default)
@@ -116,22 +112,28 @@ def argmin(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = F
     return _arg_reduce(b, self, dim, keepdim, "argmin")
 
 
-@register_composite(aten.max.dim)
-def max_dim(b: GraphLowering, self: TensorArg, dim: int, keepdim: bool = False) -> tuple[TensorArg, TensorArg]:
-    if self.dtype == torch.bool:
-        raise Unsupported("max.dim of bool")
-    dims = _dims(self, dim)
-    values = b.reduce(self, dims, keepdim, "max", self.dtype, lambda ctx: ctx.value(self, ir.compute_dtype(self.dtype)), _out_strides(b, 0))
-    return values, _arg_reduce(b, self, dim, keepdim, "argmax", 1)
+def _extreme(kind: str) -> None:
+    """torch.max / torch.min: over one dim (values and indices) and over everything."""
+
+    def with_indices(b: GraphLowering, self: TensorArg, dim: int, keepdim: bool = False) -> tuple[TensorArg, TensorArg]:
+        if self.dtype == torch.bool:
+            raise Unsupported(f"{kind}.dim of bool")
+        acc = ir.compute_dtype(self.dtype)
+        values = b.reduce(self, _dims(self, dim), keepdim, kind, self.dtype, lambda ctx: ctx.value(self, acc), _out_strides(b, 0))
+        return values, _arg_reduce(b, self, dim, keepdim, f"arg{kind}", 1)
+
+    def everything(b: GraphLowering, self: TensorArg) -> TensorArg:
+        if self.dtype == torch.bool:
+            raise Unsupported(f"{kind} of bool")
+        return _reduce_simple(b, self, None, False, kind)
+
+    packet = getattr(aten, kind)
+    register_composite(packet.dim)(with_indices)
+    register_composite(packet.default)(everything)
 
 
-@register_composite(aten.min.dim)
-def min_dim(b: GraphLowering, self: TensorArg, dim: int, keepdim: bool = False) -> tuple[TensorArg, TensorArg]:
-    if self.dtype == torch.bool:
-        raise Unsupported("min.dim of bool")
-    dims = _dims(self, dim)
-    values = b.reduce(self, dims, keepdim, "min", self.dtype, lambda ctx: ctx.value(self, ir.compute_dtype(self.dtype)), _out_strides(b, 0))
-    return values, _arg_reduce(b, self, dim, keepdim, "argmin", 1)
+_extreme("max")
+_extreme("min")
 
 
 @register_composite(aten.mean.dim, aten.mean.default)
@@ -227,20 +229,6 @@ def std(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = No
     acc = ir.compute_dtype(out_dtype)
     v, _ = _variance(b, self, _dims(self, dim), _correction(correction), keepdim, acc, None)
     return b.pointwise(v.sizes, out_dtype, lambda ctx: op("sqrt", ctx.value(v, acc)), _out_strides(b))
-
-
-@register_composite(aten.max.default)
-def max_all(b: GraphLowering, self: TensorArg) -> TensorArg:
-    if self.dtype == torch.bool:
-        raise Unsupported("max of bool")
-    return _reduce_simple(b, self, None, False, "max")
-
-
-@register_composite(aten.min.default)
-def min_all(b: GraphLowering, self: TensorArg) -> TensorArg:
-    if self.dtype == torch.bool:
-        raise Unsupported("min of bool")
-    return _reduce_simple(b, self, None, False, "min")
 
 
 @register_composite(aten.linalg_vector_norm.default)
