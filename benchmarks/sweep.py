@@ -19,11 +19,15 @@ import triton
 import fusebackend
 from benchmarks import memory_bound
 from fusebackend.kernels import runtime
+from fusebackend.lowering import graph as graph_lowering
 
 POINTWISE = [{"XBLOCK": b, "num_warps": w} for b in (1024, 2048, 4096) for w in (4, 8)]
-ROWS_LONG = [{"XBLOCK": 1, "RBLOCK": 8192, "num_warps": w} for w in (8, 16, 32)]
-ROWS_SHORT = [{"XBLOCK": x, "RBLOCK": 1024, "num_warps": w} for x in (1, 2, 4, 8) for w in (4, 8)]
-COLUMNS = [{"XBLOCK": x, "RBLOCK": r, "num_warps": w} for x in (32, 64, 128) for r in (16, 64) for w in (4, 8)]
+ROWS_LONG = [{"XBLOCK": x, "RBLOCK": 8192, "num_warps": w} for x in (1, 2) for w in (8, 16, 32)]
+ROWS_SHORT = [{"XBLOCK": x, "RBLOCK": 1024, "num_warps": w} for x in (1, 2, 4, 8) for w in (2, 4, 8)]
+# column sums: how many chunks each column is split into (phase 1), and the phase-1 block
+COLUMNS = [{"split": s, "XBLOCK": x, "RBLOCK": r, "num_warps": w} for s in (8, 32, 64)
+           for x, r, w in ((64, 16, 4), (64, 64, 4), (128, 32, 4), (256, 16, 4), (256, 32, 8),
+                           (512, 8, 4), (512, 16, 8), (1024, 4, 4), (1024, 8, 8))]
 
 SWEEPS: dict[str, tuple[str, list[dict[str, int]]]] = {
     "gelu_affine": ("pointwise", POINTWISE),
@@ -46,6 +50,11 @@ def copy_bandwidth() -> float:
 
 def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind: str, cfg: dict[str, int] | None) -> tuple[float, int, str]:
     original_pw, original_red = runtime.pointwise_config, runtime.reduction_config
+    original_split = graph_lowering.split_count
+    if cfg is not None and "split" in cfg:
+        cfg = dict(cfg)
+        split = cfg.pop("split")
+        graph_lowering.split_count = lambda xnumel, rnumel, column: split if xnumel * rnumel >= 1 << 20 else 1
     if cfg is not None and kind == "pointwise":
         runtime.pointwise_config = lambda numel: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None:
@@ -67,6 +76,7 @@ def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind:
         return float("nan"), 0, f"{type(exc).__name__}: {str(exc)[:60]}"
     finally:
         runtime.pointwise_config, runtime.reduction_config = original_pw, original_red
+        graph_lowering.split_count = original_split
 
 
 def main() -> None:

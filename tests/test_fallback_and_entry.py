@@ -75,6 +75,39 @@ def test_fallback_counts_by_name() -> None:
     assert fusebackend.metrics.fallbacks["cumsum"] == 1
 
 
+def test_extern_result_keeps_the_layout_eager_gives() -> None:
+    # On meta tensors a convolution of channels-last inputs comes out NCHW; on the CPU and on CUDA
+    # it is NHWC. The wrapper must expect ATen's real layout, not copy the result into another.
+    x = torch.randn(2, 3, 6, 5).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(8, 3, 3, 3).contiguous(memory_format=torch.channels_last)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.nn.functional.conv2d(x, w, padding=1)) * 2
+
+    out = check(fn, x, w)
+    eager_strides = torch.nn.functional.conv2d(x, w, padding=1).stride()
+    assert out.stride() == eager_strides == (240, 1, 40, 8)
+    assert f"(2, 8, 6, 5), {eager_strides})" in fusebackend.last_compiled().wrapper
+
+
+def test_unused_results_are_not_lowered() -> None:
+    # batch norm (eval) decomposes to a tuple whose extra outputs are empty tensors nobody reads;
+    # a graph traced without dead-code elimination still keeps them, and they must not become calls
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusebackend import ir, lowering
+    from fusebackend.decompositions import decomposition_table
+
+    def fn(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.batch_norm(x, mean, var, training=False) + 1
+
+    args = [torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5]
+    gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
+    assert any(n.target == torch.ops.aten.empty.memory_format for n in gm.graph.nodes)
+    graph, _ = lowering.lower(gm, args, "dead_code")
+    assert not [n for n in graph.nodes if isinstance(n, ir.Extern)]
+
+
 # ---------------------------------------------------------------------- graphs run eagerly
 
 

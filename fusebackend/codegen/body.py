@@ -7,7 +7,9 @@ the reduction's value for the current row. Temporaries live in scopes: a looped 
 scope per loop, so nothing computed inside one loop is reused outside it.
 
 Each temporary records whether it varies along ``xindex`` and/or ``rindex``; that picks each
-load's mask and tells where a value must be broadcast before a store or a reduction.
+load's mask and tells where a value must be broadcast before a store or a reduction. A dim whose
+block size divides its extent (``exact``) needs no mask: every lane is in range, and the
+generated code leaves the mask out, so Triton needs no predicates on those loads and stores.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class KernelBody:
         self.producers = {n.name: n for n in plan.nodes}
         self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
         self.max_offset = 0
+        self.exact: frozenset[str] = frozenset()  # dims whose blocks tile the extent exactly
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -106,7 +109,7 @@ class KernelBody:
         return frozenset(n for n, s in (("x", X), ("r", R)) if s in free)
 
     def mask(self, dims: frozenset[str]) -> str | None:
-        parts = [f"{d}mask" for d in ("x", "r") if d in dims]
+        parts = [f"{d}mask" for d in ("x", "r") if d in dims and d not in self.exact]
         return " & ".join(parts) if parts else None
 
     def pointer(self, buffer: ir.Buffer) -> str:
@@ -159,7 +162,7 @@ class KernelBody:
         dims = self.index_dims(offset)
         mask = self.mask(dims)
         if mask is None:
-            return self._emit(f"tl.load({ptr} + {indexing.pexpr(offset)})", dims)
+            return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}))", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
         return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other})", dims)
 

@@ -19,6 +19,9 @@ def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
     space = plan.space
     numel = space.xnumel
     body = KernelBody(plan, space)
+    launch = runtime.pointwise_config(numel)
+    if numel % launch["XBLOCK"] == 0:
+        body.exact = XDIMS
     stores: list[tuple[str, str, str]] = []
     outputs: dict[str, str] = {}
     for node in plan.nodes:
@@ -33,7 +36,6 @@ def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
         outputs[buf.name] = ptr
         stores.append((ptr, body.offset_text(offset, XDIMS), value))
     name = kernel_name(plan, index)
-    launch = runtime.pointwise_config(numel)
     w = LineWriter()
     w.lines(HEADER)
     params = list(body.inputs.values()) + list(outputs.values()) + ["xnumel", "XBLOCK: tl.constexpr"]
@@ -46,9 +48,11 @@ def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
         else:
             w.line("xoffset = tl.program_id(0) * XBLOCK")
             w.line("xindex = xoffset + tl.arange(0, XBLOCK)")
-        w.line("xmask = xindex < xnumel")
+        mask = body.mask(XDIMS)
+        if mask is not None:
+            w.line("xmask = xindex < xnumel")
         w.lines(body.lines)
         for ptr, offset, value in stores:
-            w.line(f"tl.store({ptr} + ({offset}), {value}, xmask)")
+            w.line(f"tl.store({ptr} + ({offset}), {value}" + (f", {mask})" if mask else ")"))
     grid = runtime.cdiv(numel, launch["XBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan)

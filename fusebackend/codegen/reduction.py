@@ -14,7 +14,8 @@ Two shapes of kernel, chosen by ``runtime.reduction_config``:
   loop computes and stores the full-size outputs (the epilogue).
 
 Row values (reductions, and pointwise nodes with one element per row) are stored with the row
-mask; full-size values with both masks.
+mask; full-size values with both masks. A mask is left out where the block size divides the
+extent (rows of 8192 in blocks of 8192, say).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
     persistent = launch["RBLOCK"] >= rnumel
     lay = Layout(column=not row_contiguous)
     body = KernelBody(plan, space)
+    body.exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
+                           if n % block == 0)
     depth = _depths(plan)
     reductions = [n for n in plan.nodes if isinstance(n, ir.Reduction)]
     stored = {b.name for b in plan.stored}
@@ -108,11 +111,14 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
         offset = body.index(indexing.ravel([mapping[v] for v in nvars], buf.strides))
         shape = lay.row if dims == ROW else lay.full
         value = body.broadcast(value, buf.dtype, shape, dims)
-        body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}, {body.mask(dims)})")
+        mask = body.mask(dims)
+        body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}"
+                      + (f", {mask})" if mask else ")"))
 
     def rindex_lines() -> None:
         body.emit_raw("rindex = roffset + rbase" if not persistent else "rindex = rbase")
-        body.emit_raw("rmask = rindex < rnumel")
+        if body.mask(frozenset("r")):
+            body.emit_raw("rmask = rindex < rnumel")
 
     # Phase by phase: the reductions of each depth, then the epilogue.
     max_depth = max(depth[r.name] for r in reductions)
@@ -128,7 +134,7 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
             body.push()
             rindex_lines()
             for red, acc in zip(group, accs):
-                _accumulate(body, red, acc)
+                _accumulate(body, red, acc, lay)
             loop = body.pop()
             body.emit_raw("for roffset in range(0, rnumel, RBLOCK):")
             for line in loop:
@@ -165,12 +171,14 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
     with w.indent():
         w.lines(describe(plan))
         w.line("# " + ("persistent: each row in one block" if persistent else "looped over each row")
-               + (", rows on the block's last axis (column reduction)" if lay.column else ""))
+               + (", rows on the block's last axis (column reduction)" if lay.column else "")
+               + ("; blocks tile the rows exactly: no masks" if body.exact == FULL else ""))
         pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
         arange = (lambda n: f"tl.arange(0, {n}).to(tl.int64)") if int64 else (lambda n: f"tl.arange(0, {n})")
         w.line(f"xoffset = {pid} * XBLOCK")
         w.line(f"xindex = xoffset + {arange('XBLOCK')}{lay.x_suffix}")
-        w.line("xmask = xindex < xnumel")
+        if body.mask(ROW):
+            w.line("xmask = xindex < xnumel")
         w.line(f"rbase = {arange('RBLOCK')}{lay.r_suffix}")
         w.lines(body.lines)
     grid = runtime.cdiv(xnumel, launch["XBLOCK"])
@@ -195,16 +203,20 @@ def _row_contiguous(red: ir.Reduction) -> bool:
     return best is None or best[1] in (0, 1)
 
 
-def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype) -> str:
+def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype, lay: Layout) -> str:
+    """``value`` as a full block, with the reduction's neutral element outside the masks."""
+    mask = body.mask(FULL)
+    if mask is None:
+        return body.broadcast(value, acc_dtype, lay.full, FULL)
     neutral = _neutral(red.reduction_type, acc_dtype)
-    return body._emit(f"tl.where(xmask & rmask, {value}, {neutral})", FULL)
+    return body._emit(f"tl.where({mask}, {value}, {neutral})", FULL)
 
 
 def _reduce_persistent(body: KernelBody, red: ir.Reduction, lay: Layout) -> None:
     mapping = body.space.mapping[red.name]
     value = body.value(red.body, mapping)
     dtype = red.body.dtype
-    masked = _masked(body, red, value, dtype)
+    masked = _masked(body, red, value, dtype, lay)
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
         idx = body._emit(f"tl.broadcast_to(rindex, {lay.full})", FULL)
@@ -229,9 +241,9 @@ def _init_accumulator(body: KernelBody, red: ir.Reduction, lay: Layout) -> tuple
     return (acc,)
 
 
-def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...]) -> None:
+def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layout) -> None:
     value = body.value(red.body, body.space.mapping[red.name])
-    masked = _masked(body, red, value, red.body.dtype)
+    masked = _masked(body, red, value, red.body.dtype, lay)
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
         body.emit_raw(f"{acc[0]}, {acc[1]} = {combine}({acc[0]}, {acc[1]}, {masked}, rindex)")

@@ -11,6 +11,13 @@ each output's sizes, strides, dtype and, for views, the offset into its base's s
   counted in ``metrics.fallbacks``;
 - ops that return no tensor (``sym_size``, Python arithmetic on sizes) are evaluated on the spot:
   a graph is always lowered for concrete shapes.
+
+Two corrections to the meta results. Some meta functions do not know the device: a convolution
+of channels-last tensors gives NCHW strides on meta and NHWC on CUDA or the CPU. Where the FX
+node carries its traced value (``node.meta["val"]``, a fake tensor on the real device) an extern's
+strides come from that, so the wrapper does not copy ATen's result into a layout eager never
+uses. And nodes whose results nothing uses (the empty tensors a batch-norm decomposition
+returns, say) are not lowered at all, unless they mutate something.
 """
 
 from __future__ import annotations
@@ -150,6 +157,40 @@ def _check_matches(result: Any, out_meta: Any) -> None:
                 raise Unsupported(f"composite lowering produced {getattr(g, 'sizes', g)} instead of {tuple(w.shape)} {w.dtype}")
 
 
+def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes the output depends on, and those with side effects (mutations) and theirs."""
+    live: set[torch.fx.Node] = set()
+    for node in reversed(graph.nodes):
+        if node.op in ("output", "placeholder") or node.is_impure() or any(u in live for u in node.users):
+            live.add(node)
+    return live
+
+
+def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
+    """``out_meta`` with the strides of the node's traced value where that is concrete and agrees."""
+    traced = node.meta.get("val")
+    if traced is None:
+        return out_meta
+    metas, spec = pytree.tree_flatten(out_meta)
+    vals = pytree.tree_leaves(traced)
+    if len(vals) != len(metas):
+        return out_meta
+
+    def pick(m: Any, v: Any) -> Any:
+        if not (isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor)):
+            return m
+        if v.dtype != m.dtype or tuple(v.shape) != tuple(m.shape):
+            return m
+        strides = v.stride()
+        if not all(isinstance(s, int) for s in strides) or tuple(strides) == tuple(m.stride()):
+            return m
+        if not indexing.is_dense(tuple(m.shape), tuple(strides)):
+            return m
+        return torch.empty_strided(tuple(m.shape), tuple(strides), dtype=m.dtype, device="meta")
+
+    return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
+
+
 def is_view_op(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or not schema.returns:
@@ -173,6 +214,7 @@ class GraphLowering:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
         self.device = devices.pop() if devices else torch.device("cpu")
         self.moved_inputs: list[int] = []
+        self.node: torch.fx.Node | None = None  # the FX node being lowered
         self.out_meta: Any = None  # the current op's meta output, for composite lowerings
         self.origin = ""
 
@@ -214,9 +256,11 @@ class GraphLowering:
                 self.env[node] = value
                 inputs.append(value)
         outputs: list[Any] = []
+        live = _live_nodes(self.gm.graph)
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
-                self.env[node] = self.call_function(node)
+                if node in live:
+                    self.env[node] = self.call_function(node)
             elif node.op == "output":
                 result = pytree.tree_map(
                     lambda v: v.view if isinstance(v, TensorArg) else v,
@@ -234,6 +278,7 @@ class GraphLowering:
         )
 
     def call_function(self, node: torch.fx.Node) -> Any:
+        self.node = node
         target = node.target
         args = self._lookup(node.args)
         kwargs = self._lookup(node.kwargs)
@@ -410,6 +455,8 @@ class GraphLowering:
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
         metrics.fallbacks[target.overloadpacket.__name__] += 1
+        if self.node is not None:
+            out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []
         produced: dict[tuple[int, ...], TensorArg] = {}
