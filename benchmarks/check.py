@@ -43,9 +43,12 @@ class Mismatch(Exception):
     """A compiled output differs from eager beyond tolerance (or in structure, shape or dtype)."""
 
 
-def compare(actual: Any, expected: Any) -> tuple[float, list[str]]:
+def compare(actual: Any, expected: Any, precision: torch.dtype | None = None) -> tuple[float, list[str]]:
     """Check ``actual`` against eager's ``expected``; return the largest normwise relative error
     over all floating-point outputs, and notes (such as a different memory layout).
+
+    ``precision``: the dtype the outputs were computed in, when that is coarser than their own
+    (a bf16 model's fp32 loss carries bf16 rounding): its tolerance applies where it is looser.
 
     Raises ``Mismatch`` with the reason when they differ.
     """
@@ -62,7 +65,7 @@ def compare(actual: Any, expected: Any) -> tuple[float, list[str]]:
             if not torch.equal(a, e):
                 raise Mismatch(f"output {i} ({describe(e)}) differs")
             continue
-        worst = max(worst, _compare_float(i, a.detach(), e.detach()))
+        worst = max(worst, _compare_float(i, a.detach(), e.detach(), precision))
     return worst, notes
 
 
@@ -84,8 +87,11 @@ def _flatten(a: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return a.reshape(-1), e.reshape(-1)
 
 
-def _compare_float(i: int, a: torch.Tensor, e: torch.Tensor) -> float:
+def _compare_float(i: int, a: torch.Tensor, e: torch.Tensor, precision: torch.dtype | None) -> float:
     norm_tol, elem_tol = TOLERANCE.get(e.dtype, TOLERANCE[torch.float32])
+    if precision is not None:
+        coarse = TOLERANCE.get(precision, TOLERANCE[torch.float32])
+        norm_tol, elem_tol = max(norm_tol, coarse[0]), max(elem_tol, coarse[1])
     fa, fe = _flatten(a, e)
     n = fe.numel()
     diff_sq = ref_sq = 0.0

@@ -85,6 +85,7 @@ class Case:
     description: str
     setup: Callable[[], Workload]
     floor_bytes: Callable[[tuple[Any, ...], Any], int] | None = None
+    precision: torch.dtype | None = None  # the compute dtype, where outputs are finer (see check.compare)
 
 
 def function_case(
@@ -240,7 +241,7 @@ def _record_fuse_stats(result: VariantResult) -> None:
 
 
 def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: tuple[Any, ...],
-                expected_a: Any, expected_b: Any, config: RunConfig) -> VariantResult:
+                expected_a: Any, expected_b: Any, config: RunConfig, precision: torch.dtype | None = None) -> VariantResult:
     """Compile cold (checked on A), compile warm (checked on B), then time on B (see module doc)."""
     device, result = config.device, VariantResult(name, "ok")
     compiler = COMPILERS[name]
@@ -253,12 +254,12 @@ def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: 
                 _record_fuse_stats(result)
             elif name == "inductor":
                 result.kernels = _inductor_kernel_count()
-            err_a, notes = compare(out, expected_a)
+            err_a, notes = compare(out, expected_a, precision)
             del out, step
             torch._dynamo.reset()
             step = work.build(compiler)
             out, result.compile_warm_s = timed_call(step, inputs_b, device)
-            err_b, _ = compare(out, expected_b)
+            err_b, _ = compare(out, expected_b, precision)
             del out
             result.error, result.notes = max(err_a, err_b), notes
             result.median_ms = median_ms(lambda: step(*inputs_b), device, config.timing)
@@ -317,7 +318,7 @@ def _measure(case: Case, config: RunConfig, unavailable: dict[str, str], result:
         if name in unavailable:
             result.variants.append(VariantResult(name, "n/a", notes=[unavailable[name]]))
             continue
-        result.variants.append(run_variant(name, work, inputs_a, inputs_b, expected_a, expected_b, config))
+        result.variants.append(run_variant(name, work, inputs_a, inputs_b, expected_a, expected_b, config, case.precision))
         free_memory(device)
 
 

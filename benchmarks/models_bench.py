@@ -76,10 +76,12 @@ def cases(device: torch.device, small: bool) -> list[Case]:
     out = []
     for name, spec in MODELS.items():
         config = spec.small if small else spec.gpu
+        # outputs are checked at the model's dtype: a bf16 network's fp32 loss carries bf16 rounding
+        precision = getattr(config, "dtype", None)
         out.append(Case(f"{name}.forward", f"{spec.description}; inference, {config}",
-                        _setup(_forward_workload, spec, config, device)))
+                        _setup(_forward_workload, spec, config, device), precision=precision))
         out.append(Case(f"{name}.train", f"{spec.description}; forward + loss + backward, {config}",
-                        _setup(_train_workload, spec, config, device)))
+                        _setup(_train_workload, spec, config, device), precision=precision))
     return out
 
 

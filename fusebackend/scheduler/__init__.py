@@ -1,7 +1,8 @@
 """Scheduler: IRGraph -> Schedule, an ordered list of kernel plans and extern calls.
 
-``schedule(graph)`` fuses nodes (``fusion.py``) by the bytes each fusion saves
-(``cost_model.py``) and orders the groups. Each ``KernelPlan`` names its nodes, the buffers it
+``schedule(graph)`` first recomputes cheap pointwise nodes in their readers (``recompute.py``),
+then fuses nodes (``fusion.py``) by the bytes each fusion saves (``cost_model.py``) and orders
+the groups. Each ``KernelPlan`` names its nodes, the buffers it
 must store (read outside the group or returned by the graph) and its byte accounting; the
 ``Schedule`` keeps every fusion taken and every one refused, with its reason.
 """
@@ -13,6 +14,7 @@ import dataclasses
 from fusebackend import ir
 from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
+from fusebackend.scheduler.recompute import inline_cheap
 from fusebackend.scheduler.space import KernelSpace, plan_space
 
 
@@ -46,6 +48,7 @@ class Schedule:
     decisions: tuple[Decision, ...]
     refusals: tuple[Refusal, ...]
     floor_bytes: int
+    recomputed: tuple[ir.Pointwise, ...] = ()
 
     @property
     def kernels(self) -> list[KernelPlan]:
@@ -87,6 +90,9 @@ class Schedule:
             f"{_fmt(self.extern_bytes)}) against a floor of {_fmt(self.floor_bytes)}{ratio}: "
             f"the floor reads each graph input once and writes each output once"
         )
+        if self.recomputed:
+            lines.append("  recomputed in each reader instead of stored (cheaper than a write and reads back):")
+            lines.extend(f"    {n.name}: {n.origin}" for n in self.recomputed)
         if self.decisions:
             lines.append("  fusions taken:")
             lines.extend(f"    {d}" for d in self.decisions)
@@ -104,6 +110,8 @@ def _fmt(n: int) -> str:
 
 
 def schedule(graph: ir.IRGraph) -> Schedule:
+    floor = graph_floor(graph, TrafficModel(graph).readers)
+    graph, recomputed = inline_cheap(graph)
     model = TrafficModel(graph)
     groups, decisions, refusals = fuse(graph, model)
     steps: list[Step] = []
@@ -118,7 +126,7 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))
         space = plan_space(nodes, {b.name for b in stored})
         steps.append(KernelPlan(nodes, stored, read, written, space))
-    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), graph_floor(graph, model.readers))
+    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed)
 
 
 __all__ = ["schedule", "Schedule", "KernelPlan", "ExternCall"]

@@ -1,0 +1,87 @@
+"""Codegen and scheduling choices that change no value but what the kernels do: masks left out
+where blocks tile the extent exactly, and cheap pointwise nodes recomputed in their readers
+instead of stored. Every test compares with eager too (``check``)."""
+
+from __future__ import annotations
+
+import torch
+
+import fusebackend
+from helpers import check, kernel_count, kernels
+
+bf16 = torch.bfloat16
+
+
+# ------------------------------------------------------------------------------------ masks
+
+
+def test_exact_tiles_need_no_masks() -> None:
+    # rows of 64 fill RBLOCK, 8 rows fill XBLOCK in the interpreter's config; 256 elements fill XBLOCK
+    check(lambda x: torch.softmax(x, -1), torch.randn(8, 64))
+    (source,) = kernels().values()
+    assert "xmask" not in source and "rmask" not in source and "tl.where" not in source
+    assert "no masks" in source
+    fusebackend.dump.clear()
+    check(lambda x: x * 2 + 1, torch.randn(256))
+    (source,) = kernels().values()
+    assert "xmask" not in source
+
+
+def test_ragged_tiles_keep_their_masks() -> None:
+    check(lambda x: torch.softmax(x, -1), torch.randn(7, 48))
+    (source,) = kernels().values()
+    assert "xmask = xindex < xnumel" in source and "rmask = rindex < rnumel" in source
+    assert "float(\"-inf\")" in source  # masked lanes cannot win the max
+    fusebackend.dump.clear()
+    check(lambda x: x * 2 + 1, torch.randn(250))
+    (source,) = kernels().values()
+    assert "xmask = xindex < xnumel" in source and source.count(", xmask") == 2  # the load and the store
+
+
+def test_mask_along_one_dim_only() -> None:
+    # 6 rows of 64: RBLOCK tiles the row, XBLOCK (8) does not tile the 6 rows
+    check(lambda x: x.amax(-1), torch.randn(6, 64))
+    (source,) = kernels().values()
+    assert "xmask = " in source and "rmask" not in source
+
+
+# -------------------------------------------------------------------------------- recompute
+
+
+def test_upcast_read_by_two_kernels_is_recomputed_not_stored() -> None:
+    # xf feeds a row reduction and a column reduction: two kernels. Storing xf would write and
+    # read back 4 bytes per element; each kernel reading the bf16 x again costs 2.
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        xf = x.float()
+        return xf.sum(0), xf.sum(1)
+
+    x = torch.randn(24, 40, dtype=bf16)
+    check(fn, x)
+    assert kernel_count() == 2
+    for source in kernels().values():
+        assert source.count("tl.store(") == 1  # only the sums
+        assert ".to(tl.float32)" in source
+    report = fusebackend.last_compiled().schedule
+    assert "recomputed in each reader" in report and "aten._to_copy" in report
+    assert report.count("read 1.88 KiB") == 2  # each kernel reads x once: 24 x 40 bf16 = 1920 B
+
+
+def test_node_reading_more_than_it_writes_is_stored() -> None:
+    # a + b reads 8 bytes per 4-byte element: recomputing it in both readers would cost more
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = a + b
+        return s.sum(0), s.sum(1)
+
+    check(fn, torch.randn(24, 40), torch.randn(24, 40))
+    report = fusebackend.last_compiled().schedule
+    assert "recomputed" not in report
+    assert sum(source.count("tl.store(") for source in kernels().values()) == 3  # s and both sums
+
+
+def test_returned_node_is_not_recomputed() -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        xf = x.float()
+        return xf, xf.sum(0), xf.sum(1)
+
+    check(fn, torch.randn(24, 40, dtype=bf16))
+    assert "recomputed" not in fusebackend.last_compiled().schedule
