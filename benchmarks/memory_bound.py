@@ -63,6 +63,10 @@ def sum_dim0(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=0)
 
 
+def sum_dim1(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=1)
+
+
 def silu_mul_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b + 1
 
@@ -116,6 +120,10 @@ def cases(device: torch.device, small: bool) -> list[Case]:
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read x; write the row of sums
         function_case("sum_dim0", f"issue 3: sum over dim 0, {m} -> {cols}", sum_dim0,
+                      lambda: (randn(rows, cols),), io_bytes),
+        # floor: read x; write the column of sums. Row sums read the same bytes as sum_dim0 with
+        # each program streaming whole rows: a reference for what a read-only pass reaches
+        function_case("sum_dim1", f"reference: sum over dim 1, {m} -> {rows} (read-only, rows contiguous)", sum_dim1,
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read a, b; write out (fp32)
         function_case("silu_mul_add", f"issue 3: silu(a) * b + 1, fp32, {s.flat} elements", silu_mul_add,

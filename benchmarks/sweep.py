@@ -38,6 +38,7 @@ SWEEPS: dict[str, tuple[str, list[dict[str, int]]]] = {
     "add_layer_norm": ("reduction", ROWS_LONG),
     "scaled_masked_softmax": ("reduction", ROWS_SHORT),
     "sum_dim0": ("reduction", COLUMNS),
+    "sum_dim1": ("reduction", ROWS_LONG),
 }
 
 

@@ -1,12 +1,17 @@
-"""Codegen and scheduling choices that change no value but what the kernels do: masks left out
-where blocks tile the extent exactly, and cheap pointwise nodes recomputed in their readers
-instead of stored. Every test compares with eager too (``check``)."""
+"""Codegen, scheduling and launch choices that change no value, only what runs: masks left out
+where blocks tile the extent exactly, cheap pointwise nodes recomputed in their readers instead
+of stored, and kernels launched without Triton's per-call binding once compiled. Every test of
+generated code compares with eager too (``check``)."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import pytest
 import torch
 
 import fusebackend
+from fusebackend.kernels import runtime
 from helpers import check, kernel_count, kernels
 
 bf16 = torch.bfloat16
@@ -85,3 +90,65 @@ def test_returned_node_is_not_recomputed() -> None:
 
     check(fn, torch.randn(24, 40, dtype=bf16))
     assert "recomputed" not in fusebackend.last_compiled().schedule
+
+
+# ----------------------------------------------------------------------------------- launch
+
+
+class _Compiled:
+    """Stands in for Triton's CompiledKernel: ``compiled[grid](*args)`` launches directly."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Any, ...]] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        return lambda *args: self.launches.append((grid, args))
+
+
+class _Jit:
+    """Stands in for a JITFunction: ``kernel[grid](*args, **launch)`` binds, compiles, launches."""
+
+    def __init__(self) -> None:
+        self.compiled = _Compiled()
+        self.bound: list[tuple[Any, ...]] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., _Compiled]:
+        def run(*args: Any, **launch: int) -> _Compiled:
+            self.bound.append((grid, args, launch))
+            return self.compiled
+
+        return run
+
+
+def test_launcher_skips_binding_after_the_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    jit = _Jit()
+    launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})
+    a, b = torch.empty(64), torch.empty(64)
+    launch(a, b, 100, 7)
+    assert jit.bound == [((12, 1, 1), (a, b, 100, 7), {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})]
+    launch(b, a, 100, 7)
+    # the compiled kernel takes every parameter in order: constexprs last, num_warps is not one
+    assert jit.compiled.launches == [((12, 1, 1), (b, a, 100, 7, 64, 8))]
+    assert len(jit.bound) == 1
+
+
+def test_launcher_rebinds_when_alignment_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Triton specialized the kernel on 16-byte-aligned pointers: an unaligned view must not reuse it
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    jit = _Jit()
+    launch = runtime.Launcher(jit, 1, {"XBLOCK": 64})
+    base = torch.empty(65)
+    launch(base[:64], 64)
+    launch(base[1:], 64)
+    assert len(jit.bound) == 2 and not jit.compiled.launches
+
+
+def test_launcher_in_the_interpreter_always_binds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: True)
+    jit = _Jit()
+    launch = runtime.Launcher(jit, 1, {"XBLOCK": 64})
+    x = torch.empty(64)
+    launch(x, 64)
+    launch(x, 64)
+    assert len(jit.bound) == 2 and not jit.compiled.launches

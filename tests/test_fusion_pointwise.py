@@ -31,7 +31,7 @@ def wrapper_steps(wrapper: str) -> list[str]:
     """The wrapper's launches and extern calls in order: kernel names and ``extern:<op>``."""
     steps = []
     for line in wrapper.splitlines():
-        launch = re.search(r"\b(fused_\w+)\[", line)
+        launch = re.search(r"^\s*(fused_\w+)\(", line)
         extern = re.search(r"torch\.ops\.(aten\.\w+\.\w+)\(", line)
         if launch:
             steps.append(launch.group(1))

@@ -128,4 +128,4 @@ def _launch(w: LineWriter, kernel: KernelSource) -> None:
         return  # nothing to compute: an empty output
     sizes = ", ".join(map(str, kernel.sizes))
     options = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-    w.line(f"{kernel.name}[({kernel.grid},)]({', '.join(kernel.args)}, {sizes}, {options})")
+    w.line(f"{kernel.name}({', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")

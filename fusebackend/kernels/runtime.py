@@ -92,6 +92,38 @@ def load_kernel(name: str, source: str) -> Any:
     return getattr(load_module(source, name), name)
 
 
+class Launcher:
+    """Launches one generated kernel with its grid and block config fixed at compile time.
+
+    The first call goes through Triton's ``kernel[grid](...)``, which binds and specializes the
+    arguments (pointer alignment, integer values), compiles, and returns the compiled kernel.
+    Later calls launch that compiled kernel directly, skipping the per-call binding that costs
+    tens of microseconds in Python, as long as every pointer has the 16-byte alignment it had at
+    the first call; the sizes are constants of the compiled graph. Otherwise, and always in the
+    interpreter (where no compiled kernel comes back), calls take Triton's own path.
+    """
+
+    def __init__(self, kernel: Any, grid: int, launch: dict[str, int]) -> None:
+        self.kernel = kernel
+        self.grid = (grid, 1, 1)
+        self.launch = launch
+        self.constexprs = tuple(v for k, v in launch.items() if k not in ("num_warps", "num_stages"))
+        self.direct: Any = None
+        self.alignment: tuple[bool, ...] = ()
+
+    def __call__(self, *args: Any) -> None:
+        if self.direct is not None and _alignment(args) == self.alignment:
+            self.direct(*args, *self.constexprs)
+            return
+        compiled = self.kernel[self.grid](*args, **self.launch)
+        if not use_interpreter() and hasattr(compiled, "__getitem__"):
+            self.direct, self.alignment = compiled[self.grid], _alignment(args)
+
+
+def _alignment(args: tuple[Any, ...]) -> tuple[bool, ...]:
+    return tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
+
+
 def pointwise_config(numel: int) -> dict[str, int]:
     """Block size and warps for a flat kernel over ``numel`` elements."""
     if use_interpreter():
