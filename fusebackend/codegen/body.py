@@ -48,7 +48,7 @@ class _Scope:
 
 
 class KernelBody:
-    def __init__(self, plan: KernelPlan, space: KernelSpace) -> None:
+    def __init__(self, plan: KernelPlan, space: KernelSpace, exact: frozenset[str] = frozenset()) -> None:
         self.plan = plan
         self.space = space
         self.ranges = space.ranges
@@ -59,7 +59,7 @@ class KernelBody:
         self.producers = {n.name: n for n in plan.nodes}
         self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
         self.max_offset = 0
-        self.exact: frozenset[str] = frozenset()  # dims whose blocks tile the extent exactly
+        self.exact = exact  # dims whose blocks tile the extent exactly: no mask
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:

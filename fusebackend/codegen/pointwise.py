@@ -18,10 +18,8 @@ XDIMS = frozenset("x")
 def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
     space = plan.space
     numel = space.xnumel
-    body = KernelBody(plan, space)
     launch = runtime.pointwise_config(numel)
-    if numel % launch["XBLOCK"] == 0:
-        body.exact = XDIMS
+    body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
     stores: list[tuple[str, str, str]] = []
     outputs: dict[str, str] = {}
     for node in plan.nodes:

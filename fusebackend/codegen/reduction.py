@@ -92,9 +92,9 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
     launch = runtime.reduction_config(xnumel, rnumel, row_contiguous)
     persistent = launch["RBLOCK"] >= rnumel
     lay = Layout(column=not row_contiguous)
-    body = KernelBody(plan, space)
-    body.exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
-                           if n % block == 0)
+    exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
+                      if n % block == 0)
+    body = KernelBody(plan, space, exact)
     depth = _depths(plan)
     reductions = [n for n in plan.nodes if isinstance(n, ir.Reduction)]
     stored = {b.name for b in plan.stored}

@@ -110,7 +110,8 @@ def _fmt(n: int) -> str:
 
 
 def schedule(graph: ir.IRGraph) -> Schedule:
-    floor = graph_floor(graph, TrafficModel(graph).readers)
+    # recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
+    # the floor of the rewritten graph is the floor of the original
     graph, recomputed = inline_cheap(graph)
     model = TrafficModel(graph)
     groups, decisions, refusals = fuse(graph, model)
@@ -126,6 +127,7 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))
         space = plan_space(nodes, {b.name for b in stored})
         steps.append(KernelPlan(nodes, stored, read, written, space))
+    floor = graph_floor(graph, model.readers)
     return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed)
 
 
