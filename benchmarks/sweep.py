@@ -22,12 +22,18 @@ from fusebackend.kernels import runtime
 from fusebackend.lowering import graph as graph_lowering
 
 POINTWISE = [{"XBLOCK": b, "num_warps": w} for b in (1024, 2048, 4096) for w in (4, 8)]
-ROWS_LONG = [{"XBLOCK": x, "RBLOCK": 8192, "num_warps": w} for x in (1, 2) for w in (8, 16, 32)]
+# rows of 8192: persistent (RBLOCK 8192) or looped with the row re-read from L2 (RBLOCK < 8192)
+ROWS_LONG = ([{"XBLOCK": 1, "RBLOCK": 8192, "num_warps": w} for w in (8, 16, 32)]
+             + [{"XBLOCK": 2, "RBLOCK": 8192, "num_warps": 16}]
+             + [{"XBLOCK": 1, "RBLOCK": r, "num_warps": w} for r in (2048, 4096) for w in (4, 8, 16)])
 ROWS_SHORT = [{"XBLOCK": x, "RBLOCK": 1024, "num_warps": w} for x in (1, 2, 4, 8) for w in (2, 4, 8)]
 # column sums: how many chunks each column is split into (phase 1), and the phase-1 block
-COLUMNS = [{"split": s, "XBLOCK": x, "RBLOCK": r, "num_warps": w} for s in (8, 32, 64)
-           for x, r, w in ((64, 16, 4), (64, 64, 4), (128, 32, 4), (256, 16, 4), (256, 32, 8),
-                           (512, 8, 4), (512, 16, 8), (1024, 4, 4), (1024, 8, 8))]
+COLUMNS = ([{"split": s, "XBLOCK": x, "RBLOCK": r, "num_warps": w} for s in (8, 16)
+            for x, r, w in ((64, 8, 4), (64, 16, 4), (128, 8, 4))]
+           # one kernel (no split): fewer columns per program, more rows per step
+           + [{"split": 1, "XBLOCK": x, "RBLOCK": r, "num_warps": w}
+              for x, r, w in ((16, 128, 4), (16, 256, 4), (16, 256, 8), (32, 64, 4), (32, 128, 4), (32, 128, 8),
+                              (8, 256, 4), (8, 512, 8))])
 
 SWEEPS: dict[str, tuple[str, list[dict[str, int]]]] = {
     "gelu_affine": ("pointwise", POINTWISE),
@@ -59,11 +65,11 @@ def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind:
     if cfg is not None and kind == "pointwise":
         runtime.pointwise_config = lambda numel: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None:
-        def fixed(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int]:
+        def fixed(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
             # only the case's main reduction takes the swept config; small phase-2 kernels keep theirs
             if xnumel * rnumel >= 1 << 20:
                 return dict(cfg)
-            return original_red(xnumel, rnumel, row_contiguous)
+            return original_red(xnumel, rnumel, row_contiguous, passes)
         runtime.reduction_config = fixed  # type: ignore[assignment]
     try:
         torch._dynamo.reset()

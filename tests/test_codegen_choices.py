@@ -1,6 +1,7 @@
 """Codegen, scheduling and launch choices that change no value, only what runs: masks left out
 where blocks tile the extent exactly, cheap pointwise nodes recomputed in their readers instead
-of stored, and kernels launched without Triton's per-call binding once compiled. Every test of
+of stored, L2 eviction hints on the loads of reductions, launch configs by the passes a kernel
+makes over its rows, and kernels launched without Triton's per-call binding once compiled. Every test of
 generated code compares with eager too (``check``)."""
 
 from __future__ import annotations
@@ -48,6 +49,80 @@ def test_mask_along_one_dim_only() -> None:
     check(lambda x: x.amax(-1), torch.randn(6, 64))
     (source,) = kernels().values()
     assert "xmask = " in source and "rmask" not in source
+
+
+# --------------------------------------------------------------------- eviction and passes
+
+
+def _loads(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if "tl.load(" in line]
+
+
+def test_reduction_reading_each_row_once_streams_it() -> None:
+    # nothing full-size is written: the rows are read once and need not stay in L2
+    for fn, x in ((lambda x: x.sum(-1), torch.randn(8, 64)), (lambda x: x.sum(0), torch.randn(40, 24))):
+        fusebackend.dump.clear()
+        check(fn, x)
+        (source,) = kernels().values()
+        (load,) = _loads(source)
+        assert "eviction_policy='evict_first'" in load
+
+
+def test_persistent_kernel_writing_rows_gives_no_hint() -> None:
+    # measured slower on an H200 with evict_first on the loads of softmax and RMS norm
+    check(lambda x: torch.softmax(x, -1), torch.randn(8, 64))
+    (source,) = kernels().values()
+    assert "persistent" in source and "eviction_policy" not in source
+
+
+def test_looped_kernel_keeps_rows_for_its_next_pass() -> None:
+    # rows of 20000 are looped in the interpreter's config: a pass for the mean of squares, a
+    # pass for the outputs that reads the row again
+    def rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    check(rms, torch.randn(2, 20000), torch.randn(20000))
+    (source,) = kernels().values()
+    assert source.count("for roffset in range(") == 2
+    loads = _loads(source)
+    x_loads = [l for l in loads if "20000*xindex" in l]
+    w_loads = [l for l in loads if "20000*xindex" not in l]
+    assert len(x_loads) == 2 and len(w_loads) == 1
+    assert "evict_last" in x_loads[0] and "evict_first" in x_loads[1]
+    assert "eviction_policy" not in w_loads[0]  # the weight is read by every row
+
+
+@pytest.mark.parametrize("fn, passes", [
+    (lambda x: x.sum(-1), 1),
+    (lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), 2),  # reduction, outputs
+    (lambda x: torch.softmax(x, -1), 3),  # max, sum of exponentials, outputs
+], ids=["sum", "rms", "softmax"])
+def test_config_is_told_how_many_passes_a_looped_kernel_makes(monkeypatch: pytest.MonkeyPatch,
+                                                               fn: Callable[..., Any], passes: int) -> None:
+    seen: list[int] = []
+    original = runtime.reduction_config
+
+    def record(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        seen.append(passes)
+        return original(xnumel, rnumel, row_contiguous, passes)
+
+    monkeypatch.setattr(runtime, "reduction_config", record)
+    check(fn, torch.randn(6, 40))
+    assert seen == [passes]
+
+
+def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    cfg = runtime.reduction_config
+    # rows of 8192 read twice: two loops of 4096, the second from L2
+    assert cfg(8192, 8192, True, 2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    assert cfg(8192, 6000, True, 2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    # three passes (softmax) or one (a sum): the row in one block
+    assert cfg(8192, 8192, True, 3) == {"XBLOCK": 1, "RBLOCK": 8192, "num_warps": 16}
+    assert cfg(8192, 8192, True, 1) == {"XBLOCK": 1, "RBLOCK": 8192, "num_warps": 16}
+    assert cfg(4096, 1024, True, 3) == {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2}
+    assert cfg(4, 100_000, True, 1) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    assert cfg(8192, 8192, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
 
 
 # -------------------------------------------------------------------------------- recompute

@@ -60,6 +60,7 @@ class KernelBody:
         self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
         self.max_offset = 0
         self.exact = exact  # dims whose blocks tile the extent exactly: no mask
+        self.eviction: str | None = None  # L2 hint for loads that vary along rows and positions
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -161,10 +162,11 @@ class KernelBody:
         ptr = self.pointer(view.buffer)
         dims = self.index_dims(offset)
         mask = self.mask(dims)
+        hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         if mask is None:
-            return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}))", dims)
+            return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}){hint})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
-        return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other})", dims)
+        return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other}{hint})", dims)
 
     def _constant(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Constant | None:
         """``expr`` as a constant, looking through loads of in-kernel producers that are constants."""

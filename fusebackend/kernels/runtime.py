@@ -135,8 +135,12 @@ def pointwise_config(numel: int) -> dict[str, int]:
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
 
 
-def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int]:
-    """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row)."""
+def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+    """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row).
+
+    ``passes``: how many times a looped kernel reads each row (one per level of dependent
+    reductions, one more for full-size outputs); a persistent kernel reads it once.
+    """
     r = _next_pow2(max(rnumel, 1))
     if use_interpreter():
         # Programs run one after another in Python: big blocks, and rows up to 16K in one block
@@ -144,15 +148,21 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str
         rblock = min(r, 1 << 14)
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), (1 << 15) // rblock))
         return {"XBLOCK": xblock, "RBLOCK": rblock}
-    # Measured on an H200 (benchmarks/sweep.py, 2026-11-22): rows of 8192 run best one per
-    # program with 8 warps, rows of 1024 one per program with 2 warps (95.7% of the floor against
-    # 89% with two rows and 4 warps): about 16 to 32 elements per thread. Column sums of
-    # 8192x8192 bf16 with 64 columns by 16 rows per step and 4 warps.
+    # Measured on an H200 (benchmarks/sweep.py and hand-written kernels, 2026-11-22/23):
+    # - rows of 1024 run best one per program with 2 warps (95.7% of the floor against 89% with
+    #   two rows and 4 warps): about 16 to 32 elements per thread;
+    # - rows of 8192 in one block: 16 warps is as fast as 8 or faster (softmax 90.5% vs 90.0%);
+    # - rows of 4096 to 8192 read twice (a reduction, then outputs over the row): two loops of
+    #   4096 by 16 warps, the second re-reading the row from L2, reach 93.8% on RMS norm against
+    #   89% persistent; softmax (three passes) is faster persistent;
+    # - column sums of 8192x8192 bf16 with 64 columns by 16 rows per step and 4 warps.
     if not row_contiguous:
         return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
+    if 4096 <= r <= 8192 and passes == 2:
+        return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
     if r <= 8192:
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), 1024 // r))
-        warps = max(1, min(8, xblock * r // 512))
+        warps = max(1, min(16, xblock * r // 512))
         return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": warps}
     return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
 
