@@ -67,6 +67,10 @@ def sum_dim1(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=1)
 
 
+def transpose_copy(x: torch.Tensor) -> torch.Tensor:
+    return x.t().contiguous()
+
+
 def silu_mul_add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.silu(a) * b + 1
 
@@ -124,6 +128,10 @@ def cases(device: torch.device, small: bool) -> list[Case]:
         # floor: read x; write the column of sums. Row sums read the same bytes as sum_dim0 with
         # each program streaming whole rows: a reference for what a read-only pass reaches
         function_case("sum_dim1", f"reference: sum over dim 1, {m} -> {rows} (read-only, rows contiguous)", sum_dim1,
+                      lambda: (randn(rows, cols),), io_bytes),
+        # floor: read x; write its transpose. A tiled copy (reads along the input's rows, writes
+        # along the output's): a reference for the transposes of attention heads
+        function_case("transpose_copy", f"reference: x.t().contiguous(), {m}", transpose_copy,
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read a, b; write out (fp32)
         function_case("silu_mul_add", f"issue 3: silu(a) * b + 1, fp32, {s.flat} elements", silu_mul_add,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import default_partition
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from fusebackend import metrics
 from fusebackend.decompositions import decomposition_table
@@ -120,6 +120,6 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
         decompositions=decomposition_table(),
-        partition_fn=default_partition,
+        partition_fn=min_cut_rematerialization_partition,
     )
     return backend(gm, example_inputs)

@@ -17,6 +17,7 @@ prove that int32 arithmetic is safe.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping, Sequence
 
 import sympy
@@ -140,17 +141,50 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
         lo, hi = bounds(inner, ranges)
         if lo >= 0 and hi < d:
             return sympy.Integer(0)
+        split = _split_small(inner, d, ranges)
+        if split is not None:  # (c*a + s) // (c*k) == a // k when 0 <= s < c
+            big, _, c = split
+            return simplify(FloorDiv(big, d // c), ranges)
         return FloorDiv(inner, d)
     if isinstance(expr, ModIdx):
         inner, d = args[0], int(args[1])
         lo, hi = bounds(inner, ranges)
         if lo >= 0 and hi < d:
             return inner
+        split = _split_small(inner, d, ranges)
+        if split is not None:  # (c*a + s) % (c*k) == c*(a % k) + s when 0 <= s < c
+            big, small, c = split
+            return c * simplify(ModIdx(big, d // c), ranges) + small
         return ModIdx(inner, d)
     rebuilt = expr.func(*args)
     if rebuilt.is_Add:
         rebuilt = _fold_div_mod(rebuilt, ranges)
     return rebuilt
+
+
+def _split_small(expr: sympy.Expr, d: int, ranges: Ranges) -> tuple[sympy.Expr, sympy.Expr, int] | None:
+    """Write a sum as ``c*big + small`` with ``c`` dividing ``d`` and ``0 <= small < c``.
+
+    Returns (big, small, c) for the largest such ``c`` > 1 the terms' coefficients allow, or None.
+    A tiled kernel's flat index ``65536*x_outer + 1024*y_index + x_inner`` divided by 1048576, say,
+    is ``x_outer // 16``: the other terms never reach a multiple of 65536.
+    """
+    if not expr.is_Add:
+        return None
+    terms = [t.as_coeff_Mul() for t in expr.args]
+    candidates = sorted({math.gcd(d, int(c)) for c, _ in terms if c.is_Integer}, reverse=True)
+    for c in candidates:
+        if c <= 1:
+            break
+        big = [(int(k) // c) * f for k, f in terms if k.is_Integer and int(k) % c == 0]
+        small = [k * f for k, f in terms if not (k.is_Integer and int(k) % c == 0)]
+        if not small:
+            continue  # FloorDiv/ModIdx's own eval already divides whole multiples out
+        rest = sympy.Add(*small)
+        lo, hi = bounds(rest, ranges)
+        if lo >= 0 and hi < c:
+            return sympy.Add(*big), rest, c
+    return None
 
 
 def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:

@@ -42,3 +42,22 @@ def test_redundant_div_and_mod_vanish_within_ranges():
     assert simplify(ModIdx(x, 30), ranges) == x
     assert simplify(FloorDiv(x, 30), ranges) == 0
     assert indexing.bounds(ModIdx(x, 5) + 10 * FloorDiv(x, 6), ranges) == (0, 34)
+
+
+def test_div_and_mod_see_through_terms_that_stay_below_a_divisor():
+    # a tiled kernel's flat index: 65536*o + 1024*y + x with y < 64 and x < 1024
+    o, y, i = var("o"), var("y"), var("i")
+    ranges = {o: 128, y: 64, i: 1024}
+    flat = 65536 * o + 1024 * y + i
+    assert simplify(FloorDiv(flat, 1048576), ranges) == FloorDiv(o, 16)
+    assert simplify(ModIdx(FloorDiv(flat, 1024), 64), ranges) == y
+    assert simplify(ModIdx(flat, 2048), ranges) == 1024 * ModIdx(y, 2) + i
+    # once i can reach 1024, no term of the sum stays below a divisor: nothing may be dropped
+    wide = {o: 128, y: 64, i: 2048}
+    assert simplify(FloorDiv(flat, 1048576), wide) == FloorDiv(flat, 1048576)
+    assert simplify(FloorDiv(flat, 1048576), {o: 128, y: 65, i: 1024}) == FloorDiv(64 * o + y, 1024)
+    for values in itertools.product((0, 5, 127), (0, 1, 63), (0, 17, 1023)):
+        env = dict(zip((o, y, i), values))
+        n = 65536 * values[0] + 1024 * values[1] + values[2]
+        assert simplify(FloorDiv(flat, 1048576), ranges).subs(env) == n // 1048576
+        assert simplify(ModIdx(flat, 2048), ranges).subs(env) == n % 2048

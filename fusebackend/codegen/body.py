@@ -61,6 +61,9 @@ class KernelBody:
         self.max_offset = 0
         self.exact = exact  # dims whose blocks tile the extent exactly: no mask
         self.eviction: str | None = None  # L2 hint for loads that vary along rows and positions
+        self.x_symbols = frozenset({X})  # what "varies along x" means: a tiled kernel has three
+        self.x_zero = "0 * xindex"  # broadcasts a store offset that does not vary along x
+        self.load_offsets: list[tuple[ir.Buffer, sympy.Expr]] = []  # memory loads, for tiling
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -107,7 +110,8 @@ class KernelBody:
 
     def index_dims(self, expr: sympy.Expr) -> frozenset[str]:
         free = sympy.sympify(expr).free_symbols
-        return frozenset(n for n, s in (("x", X), ("r", R)) if s in free)
+        dims = frozenset("x") if free & self.x_symbols else frozenset()
+        return (dims | frozenset("r")) if R in free else dims
 
     def mask(self, dims: frozenset[str]) -> str | None:
         parts = [f"{d}mask" for d in ("x", "r") if d in dims and d not in self.exact]
@@ -159,6 +163,7 @@ class KernelBody:
         if producer is not None:
             return self.value(self._inlined(producer, view, idx), {})
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
+        self.load_offsets.append((view.buffer, offset))
         ptr = self.pointer(view.buffer)
         dims = self.index_dims(offset)
         mask = self.mask(dims)
@@ -202,7 +207,7 @@ class KernelBody:
         text = indexing.pexpr(offset)
         missing = [d for d in ("x", "r") if d in dims and d not in self.index_dims(offset)]
         for d in missing:
-            text += f" + 0 * {d}index"
+            text += f" + {self.x_zero}" if d == "x" else " + 0 * rindex"
         return text
 
     def _inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:

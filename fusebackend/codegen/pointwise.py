@@ -2,37 +2,81 @@
 
 Each stored node gets its loop variables by unravelling ``xindex`` in its buffer's memory order,
 so stores are contiguous; loads of other layouts index accordingly.
+
+A load that is contiguous along another output dim than the fastest one (a transpose: the
+output's rows are the input's columns) would read one element per 32-byte sector in that order.
+Such a kernel is generated *tiled* instead: each program covers a ``[YBLOCK, XBLOCK]`` tile, y
+along the output dim the load is contiguous in and x along the output's fastest dims, so the
+load is coalesced along y and the stores along x (Triton moves the tile between the two thread
+layouts through shared memory). ``xindex`` then stands for ``x_outer * (ny * nx) + y_index *
+nx + x_inner``, and the index arithmetic simplifies to the three tile variables.
 """
 
 from __future__ import annotations
 
-from fusebackend import indexing
+import dataclasses
+import math
+
+import sympy
+
+from fusebackend import indexing, ir
 from fusebackend.codegen.body import HEADER, KernelBody, KernelSource, describe, kernel_name
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan
+from fusebackend.scheduler.space import X
 
 XDIMS = frozenset("x")
+X_OUTER, Y_INDEX, X_INNER = indexing.var("x_outer"), indexing.var("y_index"), indexing.var("x_inner")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """Tiling of the flat index: ``outer`` blocks of ``ysize`` (y) by ``inner`` (x) elements."""
+
+    outer: int
+    ysize: int
+    inner: int
+    launch: dict[str, int]  # XBLOCK (along x), YBLOCK (along y), num_warps
+    load: str  # the buffer whose transposed load asked for the tiles
+
+    def substitute(self) -> sympy.Expr:
+        outer = X_OUTER * (self.ysize * self.inner) if self.outer > 1 else sympy.Integer(0)
+        return outer + Y_INDEX * self.inner + X_INNER
 
 
 def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
-    space = plan.space
-    numel = space.xnumel
-    launch = runtime.pointwise_config(numel)
-    body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
+    flat = _generate_flat(plan, index)
+    tile = transpose_tile(plan, flat[1])
+    if tile is None:
+        return flat[0]
+    return _generate_tiled(plan, index, tile)
+
+
+def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],
+            shape: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     stores: list[tuple[str, str, str]] = []
     outputs: dict[str, str] = {}
     for node in plan.nodes:
         if node.buffer not in plan.stored:
             continue
         buf = node.buffer
-        subst = space.mapping[node.name]
-        value = body.broadcast(body.value(node.body, subst), buf.dtype, "[XBLOCK]", XDIMS)
+        subst = subst_of[node.name]
+        value = body.broadcast(body.value(node.body, subst), buf.dtype, shape, XDIMS)
         nvars = indexing.loop_vars("i", len(buf.sizes))
         offset = body.index(indexing.ravel([subst[v] for v in nvars], buf.strides))
         ptr = f"out_ptr{len(outputs)}"
         outputs[buf.name] = ptr
         stores.append((ptr, body.offset_text(offset, XDIMS), value))
+    return stores, outputs
+
+
+def _generate_flat(plan: KernelPlan, index: int) -> tuple[KernelSource, KernelBody]:
+    space = plan.space
+    numel = space.xnumel
+    launch = runtime.pointwise_config(numel)
+    body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
+    stores, outputs = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     w = LineWriter()
     w.lines(HEADER)
@@ -53,4 +97,74 @@ def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
         for ptr, offset, value in stores:
             w.line(f"tl.store({ptr} + ({offset}), {value}" + (f", {mask})" if mask else ")"))
     grid = runtime.cdiv(numel, launch["XBLOCK"])
+    source = KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan)
+    return source, body
+
+
+def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
+    """Tiles for a kernel with a transposed load (see the module docstring), or None.
+
+    ``body`` is the flat kernel's, which recorded every load's offset as a function of xindex.
+    The output dims are the first stored buffer's, in memory order; the load chosen is the
+    largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
+    """
+    stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
+    if not stored or not indexing.is_dense(stored[0].sizes, stored[0].strides):
+        return None
+    buf = stored[0]
+    dims = [buf.sizes[d] for d in indexing.dense_order(buf.sizes, buf.strides) if buf.sizes[d] > 1]
+    if len(dims) < 2:
+        return None
+
+    def step(offset: sympy.Expr, by: int) -> int:
+        return int(offset.xreplace({X: sympy.Integer(by)})) - int(offset.xreplace({X: sympy.Integer(0)}))
+
+    strided = [(b, off) for b, off in body.load_offsets
+               if X in off.free_symbols and step(off, 1) not in (0, 1)]
+    if not strided:
+        return None
+    load, offset = max(strided, key=lambda bo: bo[0].numel * bo[0].dtype.itemsize)
+    for j in range(len(dims) - 2, -1, -1):
+        inner = math.prod(dims[j + 1:])
+        if step(offset, inner) != 1:
+            continue
+        launch = runtime.tile_config(dims[j], inner)
+        if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or dims[j] % launch["YBLOCK"] or inner % launch["XBLOCK"]:
+            return None  # too thin a tile to coalesce either side, or blocks that need masks
+        return Tile(buf.numel // (dims[j] * inner), dims[j], inner, launch, load.name)
+    return None
+
+
+def _generate_tiled(plan: KernelPlan, index: int, tile: Tile) -> KernelSource:
+    space = plan.space
+    numel = space.xnumel
+    body = KernelBody(plan, space, XDIMS)  # the blocks divide both tiled extents
+    body.ranges = {X_OUTER: max(tile.outer, 1), Y_INDEX: tile.ysize, X_INNER: tile.inner}
+    body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER})
+    body.x_zero = "0 * y_index + 0 * x_inner"
+    tiled = {X: tile.substitute()}
+    subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
+    stores, outputs = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
+    launch = tile.launch
+    name = kernel_name(plan, index)
+    w = LineWriter()
+    w.lines(HEADER)
+    params = list(body.inputs.values()) + list(outputs.values())
+    params += ["xnumel", "XBLOCK: tl.constexpr", "YBLOCK: tl.constexpr"]
+    w.line(f"def {name}({', '.join(params)}):")
+    with w.indent():
+        w.lines(describe(plan))
+        w.line(f"# tiled: {tile.ysize} (y) by {tile.inner} (x) elements per {tile.outer} outer block(s), so that "
+               f"{tile.load} is read along y and the outputs written along x; blocks tile exactly: no masks")
+        pid = "tl.program_id(0).to(tl.int64)" if body.uses_int64(numel) else "tl.program_id(0)"
+        w.line(f"pid = {pid}")
+        w.line(f"x_tiles = {tile.inner} // XBLOCK")
+        w.line(f"y_tiles = {tile.ysize} // YBLOCK")
+        w.line("x_inner = (pid % x_tiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
+        w.line("y_index = ((pid // x_tiles) % y_tiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+        w.line("x_outer = pid // (x_tiles * y_tiles)")
+        w.lines(body.lines)
+        for ptr, offset, value in stores:
+            w.line(f"tl.store({ptr} + ({offset}), {value})")
+    grid = numel // (launch["XBLOCK"] * launch["YBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan)

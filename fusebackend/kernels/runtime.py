@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -133,6 +134,18 @@ def pointwise_config(numel: int) -> dict[str, int]:
     # thread) reached 100% of the copy floor on batch-norm + relu, 1024 by 4 warps 87%.
     block = min(_next_pow2(numel), 2048)
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
+
+
+def tile_config(ysize: int, inner: int) -> dict[str, int]:
+    """Blocks for a tiled (transposing) pointwise kernel over ``ysize`` by ``inner`` elements.
+
+    Each block divides its extent (the largest power of two up to 64 that does), so the kernel
+    needs no masks; the caller keeps the flat kernel when either block is under 8.
+    """
+    blocks = {"XBLOCK": math.gcd(inner, 64), "YBLOCK": math.gcd(ysize, 64)}
+    if use_interpreter():
+        return blocks
+    return {**blocks, "num_warps": 4}
 
 
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
