@@ -131,16 +131,19 @@ class Load:
 
 @dataclasses.dataclass(frozen=True)
 class IndirectLoad:
-    """A load whose index along ``dim`` is a value computed at run time (gather).
+    """A load whose index along ``dim`` is a value computed at run time (gather, cat).
 
     ``index`` has one entry per view dim; the entry at ``dim`` is unused. ``position`` is an
-    integer expression that must lie in [0, size of ``dim``).
+    integer expression that must lie in [0, size of ``dim``) wherever the load happens. With
+    ``valid`` (a bool expression) it happens only where that is true and gives 0 elsewhere, and
+    reads no memory there: a concatenation reads each element from one of its inputs only.
     """
 
     view: View
     index: tuple[sympy.Expr, ...]
     dim: int
     position: "Expr"
+    valid: "Expr | None" = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -271,6 +274,8 @@ def walk(expr: Expr) -> Iterator[Expr]:
             yield from walk(a)
     elif isinstance(expr, IndirectLoad):
         yield from walk(expr.position)
+        if expr.valid is not None:
+            yield from walk(expr.valid)
 
 
 def loads(expr: Expr) -> list[Load | IndirectLoad]:
@@ -285,7 +290,8 @@ def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
             return cast(new_args[0], expr.dtype)
         return Op(expr.name, new_args, expr.dtype)
     if isinstance(expr, IndirectLoad):
-        expr = dataclasses.replace(expr, position=map_expr(expr.position, fn))
+        valid = None if expr.valid is None else map_expr(expr.valid, fn)
+        expr = dataclasses.replace(expr, position=map_expr(expr.position, fn), valid=valid)
     replaced = fn(expr)
     return expr if replaced is None else replaced
 
@@ -312,7 +318,8 @@ def format_expr(expr: Expr) -> str:
     if isinstance(expr, IndirectLoad):
         idx = [indexing.pexpr(i) for i in expr.index]
         idx[expr.dim] = format_expr(expr.position)
-        return f"{expr.view}[{', '.join(idx)}]"
+        guard = "" if expr.valid is None else f" if {format_expr(expr.valid)}"
+        return f"{expr.view}[{', '.join(idx)}]{guard}"
     if isinstance(expr, Constant):
         return repr(expr.value)
     if isinstance(expr, IndexValue):

@@ -116,7 +116,9 @@ def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = runtime.reduction_config
     # rows of 8192 read twice: two loops of 4096, the second from L2
     assert cfg(8192, 8192, True, 2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
-    assert cfg(8192, 6000, True, 2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    assert cfg(8192, 4096, True, 2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    # a row that blocks of 4096 do not tile stays in one block
+    assert cfg(1, 4097, True, 2) == {"XBLOCK": 1, "RBLOCK": 8192, "num_warps": 16}
     # three passes (softmax) or one (a sum): the row in one block
     assert cfg(8192, 8192, True, 3) == {"XBLOCK": 1, "RBLOCK": 8192, "num_warps": 16}
     assert cfg(8192, 8192, True, 1) == {"XBLOCK": 1, "RBLOCK": 8192, "num_warps": 16}
@@ -217,6 +219,16 @@ def test_launcher_rebinds_when_alignment_changes(monkeypatch: pytest.MonkeyPatch
     launch(base[:64], 64)
     launch(base[1:], 64)
     assert len(jit.bound) == 2 and not jit.compiled.launches
+
+
+def test_allocators_follow_the_graph_device() -> None:
+    fast, general = runtime.allocators(torch.device("cpu"))
+    assert fast is None  # the fast allocator is CUDA's
+    t = general((3, 4), (1, 3), torch.float16)
+    assert t.shape == (3, 4) and t.stride() == (1, 3) and t.dtype == torch.float16 and t.device.type == "cpu"
+    fast, _ = runtime.allocators(torch.device("cuda", 0))
+    assert fast is getattr(torch._C._dynamo.guards, "_empty_strided_cuda", None)
+    assert not runtime.on_device(None)
 
 
 def test_launcher_in_the_interpreter_always_binds(monkeypatch: pytest.MonkeyPatch) -> None:

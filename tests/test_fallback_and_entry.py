@@ -180,8 +180,8 @@ def test_backward_compile_failure_keeps_forward_compiled(monkeypatch: pytest.Mon
 
 def test_tensors_on_the_wrong_device_run_eagerly() -> None:
     # Kernels asked to run compiled (not interpreted) cannot take CPU tensors: a real compile
-    # failure, reported once, and the answer is still eager's.
-    x = torch.randn(20)
+    # failure, reported once, and the answer is still eager's. (On CPU whatever the test device.)
+    x = torch.randn(20, device="cpu")
     fn = lambda x: x.exp() + 1  # noqa: E731
     with fusebackend.config.patch(interpret=False):
         out, messages = run_recording(fn, x)

@@ -80,7 +80,7 @@ def test_gelu_affine_is_one_kernel_with_one_store(dtype: torch.dtype) -> None:
     assert kernel_count() == 1
     assert stores(only_kernel()) == 1
     # The wrapper allocates the output and nothing else.
-    assert fusebackend.last_compiled().wrapper.count("empty_strided(") == 1
+    assert fusebackend.last_compiled().wrapper.count(" = empty(") == 1
 
 
 def test_half_chain_rounds_once() -> None:
@@ -106,7 +106,7 @@ def test_intermediate_used_inside_kernel_is_not_stored() -> None:
     src = only_kernel()
     assert stores(src) == 1
     assert "[in registers]" in fusebackend.last_compiled().fused_ir
-    assert fusebackend.last_compiled().wrapper.count("empty_strided(") == 1
+    assert fusebackend.last_compiled().wrapper.count(" = empty(") == 1
 
 
 def test_returned_intermediate_is_stored() -> None:
@@ -116,7 +116,7 @@ def test_returned_intermediate_is_stored() -> None:
 
     check(fn, torch.randn(300))
     assert stores(only_kernel()) == 2
-    assert fusebackend.last_compiled().wrapper.count("empty_strided(") == 2
+    assert fusebackend.last_compiled().wrapper.count(" = empty(") == 2
 
 
 def test_diamond_is_one_kernel() -> None:

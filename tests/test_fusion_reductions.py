@@ -75,7 +75,9 @@ def test_log_softmax_is_one_kernel() -> None:
 
 def test_softmax_over_first_dim_is_one_kernel() -> None:
     src = one_kernel(lambda x: torch.softmax(x, 0), torch.randn(40, 12))
-    assert loads(src) == 1 and stores(src) == 1
+    # one load per pass over the columns: one when the column fits a block (the interpreter's
+    # config), three (max, sum, outputs) when it is looped (the GPU's blocks of 16 rows)
+    assert loads(src) == (1 if "persistent" in src else 3) and stores(src) == 1
 
 
 def test_softmax_of_transposed_input_is_one_kernel() -> None:

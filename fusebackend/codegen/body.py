@@ -197,6 +197,10 @@ class KernelBody:
         position = self.value(expr.position, subst)
         dims = self.index_dims(offset) | self.dims_of(position)
         mask = self.mask(dims)
+        if expr.valid is not None:  # lanes outside it read nothing (and may point anywhere)
+            valid = self.value(expr.valid, subst)
+            dims |= self.dims_of(valid)
+            mask = valid if mask is None else f"{valid} & {mask}"
         address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}) + {position} * {view.strides[expr.dim]}"
         if mask is None:
             return self._emit(f"tl.load({address})", dims)

@@ -73,14 +73,19 @@ def generate_wrapper(
     w = LineWriter()
     w.line(f"# fusebackend wrapper for graph {graph.name}")
     w.line("import torch")
-    w.line("from fusebackend.kernels.runtime import expect_layout, view")
+    w.line("from fusebackend.kernels.runtime import allocators, expect_layout, on_device, view")
     w.line("")
-    w.line("empty_strided = torch.empty_strided")
     w.line(f"device = torch.device({str(graph.device)!r})")
+    w.line("empty_fast, empty_any = allocators(device)  # (size, stride, dtype) -> tensor")
     w.line("")
     w.line("")
     w.line("def call(args):")
     with w.indent():
+        if any(not isinstance(step, ExternCall) and step.stored for step in steps):
+            if graph.device.type == "cuda":
+                w.line(f"empty = empty_fast if empty_fast is not None and on_device({graph.device.index}) else empty_any")
+            else:
+                w.line("empty = empty_any")
         names = [b.name if isinstance(b, ir.Buffer) else f"arg{k}" for k, b in enumerate(graph.inputs)]
         if names:
             w.line(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
@@ -121,9 +126,7 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any]) -> None:
 
 def _launch(w: LineWriter, kernel: KernelSource) -> None:
     for buf in kernel.plan.stored:
-        w.line(
-            f"{buf.name} = empty_strided({buf.sizes}, {buf.strides}, dtype={buf.dtype}, device=device)"
-        )
+        w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
     if kernel.grid == 0:
         return  # nothing to compute: an empty output
     sizes = ", ".join(map(str, kernel.sizes))

@@ -162,13 +162,17 @@ def minimum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return op("minimum", *_operands(ctx, self, other))
 
 
-def _clamp(x: Expr, lo: Expr | None, hi: Expr | None) -> Expr:
+def _clamp(x: Expr, lo: Expr | None, hi: Expr | None, nan_scalar_wins: bool = True) -> Expr:
     # A NaN input stays NaN (x < lo is false), and a NaN bound makes the result NaN, as in eager.
+    # Except a NaN *scalar* bound on CUDA, which eager ignores there (CPU eager returns NaN):
+    # ``nan_scalar_wins`` is False for CUDA graphs, so each device matches its own eager.
     for bound, cmp in ((lo, "lt"), (hi, "gt")):
         if bound is None:
             continue
         if isinstance(bound, Constant):
             if isinstance(bound.value, float) and math.isnan(bound.value):
+                if not nan_scalar_wins:
+                    continue
                 return Constant(math.nan, x.dtype)
             x = op("where", op(cmp, x, bound, dtype=torch.bool), bound, x)
             continue
@@ -187,7 +191,7 @@ def clamp(ctx: LoweringContext, self: Any, min: Any = None, max: Any = None) -> 
     x = ctx.value(self, dtype)
     lo = None if min is None else ctx.value(min, dtype)
     hi = None if max is None else ctx.value(max, dtype)
-    return _clamp(x, lo, hi)
+    return _clamp(x, lo, hi, nan_scalar_wins=ctx.device.type != "cuda")
 
 
 @register_pointwise(aten.clamp_min.default, aten.clamp_min.Tensor)
@@ -490,3 +494,44 @@ def gather(ctx: LoweringContext, self: Any, dim: int, index: Any, sparse_grad: b
     idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
     position = cast(ctx.load(index), torch.int64)
     return ir.IndirectLoad(view, idx, dim, position)
+
+
+@register_pointwise(aten.cat.default)
+def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
+    """Each output element is read from the one input its position along ``dim`` falls in.
+
+    Every input is read with a masked load (``IndirectLoad.valid``), so each element is read
+    once, from memory: inputs computed in the same graph are stored before the kernel that
+    concatenates them, which can still fuse with what reads the result.
+    """
+    rank = len(ctx.sizes)
+    if rank == 0:
+        raise Unsupported("cat of 0-dim tensors")
+    dim = dim % rank
+    # ATen skips 1-D empty tensors whatever the dim (a legacy rule), and empty parts add nothing
+    parts = [t for t in tensors if t.view.sizes != (0,) and t.view.sizes[dim] > 0]
+    if not parts or any(len(t.view.sizes) != rank for t in parts):
+        raise Unsupported("cat of inputs of another rank")
+    dt = _compute(ctx)
+    index_dtype = torch.int32 if math.prod(ctx.sizes) < 2**31 else torch.int64
+    here = ir.IndexValue(ctx.vars[dim], index_dtype)
+    idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
+    values: list[tuple[int, Expr]] = []  # (end along dim, the part's value there)
+    start = 0
+    for t in parts:
+        size = t.view.sizes[dim]
+        end = start + size
+        inside = []
+        if start > 0:
+            inside.append(op("ge", here, Constant(start, index_dtype), dtype=torch.bool))
+        if end < ctx.sizes[dim]:
+            inside.append(op("lt", here, Constant(end, index_dtype), dtype=torch.bool))
+        valid = inside[0] if len(inside) == 1 else op("logical_and", *inside) if inside else None
+        position = Constant(0, index_dtype) if size == 1 else op("sub", here, Constant(start, index_dtype)) if start else here
+        values.append((end, cast(ir.IndirectLoad(t.view, idx, dim, position, valid), dt)))
+        start = end
+    # select, not add: a masked-off load is 0, and 0 + -0.0 would lose the sign of a zero
+    body = values[-1][1]
+    for end, value in reversed(values[:-1]):
+        body = op("where", op("lt", here, Constant(end, index_dtype), dtype=torch.bool), value, body)
+    return body
