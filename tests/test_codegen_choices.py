@@ -221,6 +221,64 @@ def test_launcher_rebinds_when_alignment_changes(monkeypatch: pytest.MonkeyPatch
     assert len(jit.bound) == 2 and not jit.compiled.launches
 
 
+class _Launcher36:
+    """Stands in for Triton 3.6's CudaLauncher: a C ``launch`` behind a Python ``__call__``."""
+
+    global_scratch_size = 0
+    profile_scratch_size = 0
+    launch_cooperative_grid = False
+    launch_pdl = False
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.launch = lambda *args: self.calls.append(args)
+
+    def __call__(self, gridX: int, gridY: int, gridZ: int, stream: int, function: Any, *args: Any) -> None:
+        raise AssertionError("the direct path calls launch, not __call__")
+
+
+def _jit36() -> tuple[_Jit, _Launcher36]:
+    jit = _Jit()
+    launcher = _Launcher36()
+    jit.compiled.run = launcher  # type: ignore[attr-defined]
+    jit.compiled.function, jit.compiled.packed_metadata = "cufunction", "packed"  # type: ignore[attr-defined]
+    return jit, launcher
+
+
+def test_launcher_calls_the_c_launcher_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
+    jit, launcher = _jit36()
+    launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})
+    a, b = torch.empty(64), torch.empty(64)
+    launch(a, b, 100, 7)
+    launch(b, a, 100, 7)
+    assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, False, None, None, "packed", None, None, None,
+                               b, a, 100, 7, 64, 8)]
+    assert not jit.compiled.launches and len(jit.bound) == 1
+
+
+def test_launcher_takes_tritons_path_for_profiler_hooks_and_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton
+
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
+    jit, launcher = _jit36()
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+    launch = runtime.Launcher(jit, 3, {"XBLOCK": 64})
+    x = torch.empty(64)
+    launch(x, 64)
+    launch(x, 64)
+    assert not launcher.calls and jit.compiled.launches == [((3, 1, 1), (x, 64, 64))]
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", None)
+    jit, launcher = _jit36()
+    launcher.global_scratch_size = 128  # type: ignore[misc]
+    launch = runtime.Launcher(jit, 3, {"XBLOCK": 64})
+    launch(x, 64)
+    launch(x, 64)
+    assert not launcher.calls and len(jit.compiled.launches) == 1
+
+
 def test_allocators_follow_the_graph_device() -> None:
     fast, general = runtime.allocators(torch.device("cpu"))
     assert fast is None  # the fast allocator is CUDA's

@@ -453,14 +453,19 @@ def test_argmax_ties_expanded() -> None:
 # interpreter with a segmentation fault; a crash would take the test process with it, so these
 # cases run in a child process.
 EMPTY_CHILD = """
-import sys
+import os, sys
 import torch, fusebackend
 from helpers import check
+try:  # the name, where the package is on the path but not installed (as conftest.py does)
+    torch._dynamo.lookup_backend("fuse")
+except Exception:
+    torch._dynamo.register_backend(name="fuse")(fusebackend.fuse)
+device = os.environ.get("FUSE_TEST_DEVICE", "cpu")
 for shape, dims in (((0, 5), ()), ((4, 0), (-1,))):
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     print("case", shape, dims, flush=True)
-    x = torch.randn(shape)
+    x = torch.randn(shape, device=device)
     out = check(lambda x: (x.sum(*dims), x.prod(*dims), x.any(*dims), x.all(*dims)), x)
     assert out[0].eq(0).all() and out[1].eq(1).all() and not out[2].any() and out[3].all()
     assert fusebackend.last_compiled() is not None and not fusebackend.metrics.fallbacks

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
@@ -118,7 +119,54 @@ class Launcher:
             return
         compiled = self.kernel[self.grid](*args, **self.launch)
         if not use_interpreter() and hasattr(compiled, "__getitem__"):
-            self.direct, self.alignment = compiled[self.grid], _alignment(args)
+            self.direct, self.alignment = direct_launch(compiled, self.grid), _alignment(args)
+
+
+def _current_stream() -> int:
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+
+
+def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> Any:
+    """A function ``(*args) -> None`` that launches ``compiled`` (every parameter, in order).
+
+    Triton's ``compiled[grid]`` looks up the device, the stream, the launch hooks and the
+    kernel's scratch sizes on every call, in Python, before its C launcher. Where the launcher
+    is the one this was written against (Triton 3.6's ``CudaLauncher``, whose ``__call__`` takes
+    ``(gridX, gridY, gridZ, stream, function, *args)`` and needs no scratch memory for our
+    kernels), its C ``launch`` is called directly: 4.4 us against 6.3 us a launch on an H200
+    host (2026-11-23). Anything else, and whenever a profiler set launch hooks, takes Triton's
+    path.
+    """
+    runner = compiled[grid]  # also loads the kernel and its launcher
+    launcher = getattr(compiled, "run", None)
+    launch = getattr(launcher, "launch", None)
+    try:
+        params = list(inspect.signature(type(launcher).__call__).parameters)
+    except (TypeError, ValueError):
+        params = []
+    known = params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+    if (launch is None or not known or getattr(launcher, "global_scratch_size", 1)
+            or getattr(launcher, "profile_scratch_size", 1)):
+        return runner
+    import triton
+
+    hooks = triton.knobs.runtime
+    g0, g1, g2 = grid
+    head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+            compiled.packed_metadata, None, None, None)
+
+    def direct(*args: Any) -> None:
+        if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
+            runner(*args)
+            return
+        launch(g0, g1, g2, _current_stream(), *head, *args)
+
+    return direct
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether a launch hook is set: a callable, or (newer Tritons) a chain holding some."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def _alignment(args: tuple[Any, ...]) -> tuple[bool, ...]:
