@@ -69,3 +69,16 @@ def test_cat_of_computed_inputs_stores_them_first() -> None:
     a, b = torch.randn(6, 5), torch.randn(6, 5)
     check_lowered(lambda a, b: torch.cat([a * 2, b + 1], 0).sum(0), a, b)
     assert "must be in memory" in fusebackend.last_compiled().schedule
+
+
+def test_stack_with_a_transposed_input_is_tiled() -> None:
+    # k arrives transposed (contiguous along the sequence): the fused kernel is tiled so that k is
+    # read along its contiguous dim and q, v and the output along theirs
+    q, v = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 8, 16)
+    k = torch.randn(2, 4, 16, 8).transpose(-1, -2)
+    check_lowered(lambda q, k, v: torch.stack([q, k, v], 0).permute(1, 3, 0, 2, 4).contiguous(), q, k, v)
+    assert kernel_count() == 1
+    (source,) = kernels().values()
+    assert "# tiled: 8 (y) by 192 (x)" in source
+    k_load = next(line for line in source.splitlines() if "in_ptr1 +" in line)
+    assert "(y_index + " in k_load  # k's elements one apart along y

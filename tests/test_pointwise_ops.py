@@ -428,8 +428,7 @@ def test_clamp_nan_bound_gives_nan(fn: Callable[[torch.Tensor], torch.Tensor]) -
     # CPU eager: a NaN bound makes every element NaN. CUDA eager ignores a NaN *scalar* bound;
     # the kernels follow the eager of the device they run on (lowering/pointwise.py, _clamp).
     x = torch.randn(16)
-    if x.device.type == "cpu":
-        assert fn(x).isnan().all()
+    assert x.device.type != "cpu" or fn(x).isnan().all()
     check(fn, x)
 
 
@@ -553,51 +552,3 @@ def test_zero_dim_tensor_does_not_promote() -> None:
     s = torch.tensor(2.5, dtype=f64)
     out = check(lambda a, s: a * s + 1, a, s)
     assert out.dtype == f16
-
-
-# ------------------------------------------------------------------ factories inside a graph
-
-
-def test_full_inside_compiled_fn() -> None:
-    x = torch.randn(4, 5)
-    check(lambda x: x * torch.full((4, 5), 2.5, device=x.device)
-          - torch.full((4, 5), 1.0, dtype=torch.float64, device=x.device), x)
-    assert not fusebackend.metrics.fallbacks
-    assert kernel_count() == 1
-
-
-def test_full_broadcast_inside_compiled_fn() -> None:
-    x = torch.randn(4, 5)
-    check(lambda x: x * torch.full((5,), 2.5, device=x.device) + torch.full((4, 1), -1.0, device=x.device), x)
-    assert not fusebackend.metrics.fallbacks
-
-
-def test_full_int_and_bool() -> None:
-    x = torch.randint(-5, 5, (9,))
-    # factories name the device: Dynamo does not apply a default device set by the test run
-    check(lambda x: (x + torch.full((9,), 7, dtype=torch.int64, device=x.device),
-                     torch.full((9,), True, device=x.device) & (x > 0)), x)
-    assert not fusebackend.metrics.fallbacks
-
-
-@pytest.mark.parametrize("args", [(10,), (2, 12), (1, 8, 3), (0.5, 3.0, 0.25)], ids=str)
-def test_arange_inside_compiled_fn(args: tuple) -> None:
-    n = len(torch.arange(*args))
-    x = torch.randn(n)
-    check(lambda x: x + torch.arange(*args, device=x.device) * 2, x)
-    assert not fusebackend.metrics.fallbacks
-
-
-def test_arange_broadcast_mask() -> None:
-    x = torch.randn(6, 6)
-    check(lambda x: torch.where(torch.arange(6, device=x.device)[:, None] >= torch.arange(6, device=x.device)[None, :],
-                                x, 0.0), x)
-
-
-@pytest.mark.parametrize("factory", [torch.ones_like, torch.zeros_like, lambda x: torch.full_like(x, 3.0)],
-                         ids=["ones_like", "zeros_like", "full_like"])
-def test_like_factories_inside_compiled_fn(factory: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    x = torch.randn(3, 7).t()
-    out = check(lambda x: factory(x) * 2 + x, x)
-    assert out.stride() == (factory(x) * 2 + x).stride()
-    assert kernel_count() >= 1

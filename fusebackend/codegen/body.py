@@ -201,6 +201,9 @@ class KernelBody:
             valid = self.value(expr.valid, subst)
             dims |= self.dims_of(valid)
             mask = valid if mask is None else f"{valid} & {mask}"
+        affine = _affine(expr.position, subst)
+        if affine is not None:  # a cat's position: the load's address is known, for tiling
+            self.load_offsets.append((view.buffer, offset + affine * view.strides[expr.dim]))
         address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}) + {position} * {view.strides[expr.dim]}"
         if mask is None:
             return self._emit(f"tl.load({address})", dims)
@@ -241,6 +244,20 @@ class KernelBody:
 
     def uses_int64(self, *numels: int) -> bool:
         return max(self.max_offset, *numels) > INT32_MAX
+
+
+def _affine(expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
+    """``expr`` as an index expression when it is one (constants, indices, sums of them)."""
+    if isinstance(expr, ir.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return sympy.Integer(expr.value)
+    if isinstance(expr, ir.IndexValue):
+        return sympy.sympify(expr.index).xreplace(subst)
+    if isinstance(expr, ir.Op) and expr.name in ("add", "sub", "to") and not expr.dtype.is_floating_point:
+        parts = [_affine(a, subst) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return parts[0] if expr.name == "to" else parts[0] + parts[1] if expr.name == "add" else parts[0] - parts[1]
+    return None
 
 
 _ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")

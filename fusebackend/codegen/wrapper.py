@@ -83,7 +83,8 @@ def generate_wrapper(
     with w.indent():
         if any(not isinstance(step, ExternCall) and step.stored for step in steps):
             if graph.device.type == "cuda":
-                w.line(f"empty = empty_fast if empty_fast is not None and on_device({graph.device.index}) else empty_any")
+                fast = f"empty_fast is not None and on_device({graph.device.index})"
+                w.line(f"empty = empty_fast if {fast} else empty_any")
             else:
                 w.line("empty = empty_any")
         names = [b.name if isinstance(b, ir.Buffer) else f"arg{k}" for k, b in enumerate(graph.inputs)]

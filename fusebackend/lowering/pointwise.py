@@ -527,7 +527,9 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
         if end < ctx.sizes[dim]:
             inside.append(op("lt", here, Constant(end, index_dtype), dtype=torch.bool))
         valid = inside[0] if len(inside) == 1 else op("logical_and", *inside) if inside else None
-        position = Constant(0, index_dtype) if size == 1 else op("sub", here, Constant(start, index_dtype)) if start else here
+        position: Expr = here if start == 0 else op("sub", here, Constant(start, index_dtype))
+        if size == 1:
+            position = Constant(0, index_dtype)
         values.append((end, cast(ir.IndirectLoad(t.view, idx, dim, position, valid), dt)))
         start = end
     # select, not add: a masked-off load is 0, and 0 + -0.0 would lose the sign of a zero
