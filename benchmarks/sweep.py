@@ -70,7 +70,7 @@ def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind:
     if cfg is not None and kind == "tile":
         runtime.tile_config = lambda ysize, inner: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None and kind == "pointwise":
-        runtime.pointwise_config = lambda numel: dict(cfg)  # type: ignore[assignment]
+        runtime.pointwise_config = lambda numel, itemsize=2: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None:
         def fixed(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
             # only the case's main reduction takes the swept config; small phase-2 kernels keep theirs

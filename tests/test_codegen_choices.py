@@ -111,6 +111,26 @@ def test_config_is_told_how_many_passes_a_looped_kernel_makes(monkeypatch: pytes
     assert seen == [passes]
 
 
+def test_gpu_pointwise_configs_hold_32_bytes_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    assert runtime.pointwise_config(1 << 20, 2) == {"XBLOCK": 2048, "num_warps": 4}
+    assert runtime.pointwise_config(1 << 20, 4) == {"XBLOCK": 1024, "num_warps": 4}
+    assert runtime.pointwise_config(100, 4) == {"XBLOCK": 128, "num_warps": 1}
+    seen: list[int] = []
+    original = runtime.pointwise_config
+
+    def record(numel: int, itemsize: int = 2) -> dict[str, int]:
+        seen.append(itemsize)
+        return original(numel, itemsize)
+
+    monkeypatch.setattr(runtime, "pointwise_config", record)
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: True)
+    # bf16 in and out, fp32 only in registers: 2 bytes; an fp32 output: 4
+    check(lambda x: (x.float() * 2).to(bf16), torch.randn(64, dtype=bf16))
+    check(lambda x: x.float() * 2, torch.randn(64, dtype=bf16))
+    assert seen == [2, 4]
+
+
 def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
     cfg = runtime.reduction_config

@@ -74,7 +74,10 @@ def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.S
 def _generate_flat(plan: KernelPlan, index: int) -> tuple[KernelSource, KernelBody]:
     space = plan.space
     numel = space.xnumel
-    launch = runtime.pointwise_config(numel)
+    produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
+    read = [v.buffer for n in plan.nodes for v in n.reads() if v.buffer.name not in produced]
+    buffers = [*plan.stored, *read]
+    launch = runtime.pointwise_config(numel, max((b.dtype.itemsize for b in buffers), default=4))
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
     stores, outputs = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
