@@ -510,7 +510,9 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     dim = dim % rank
     # ATen skips 1-D empty tensors whatever the dim (a legacy rule), and empty parts add nothing
     parts = [t for t in tensors if t.view.sizes != (0,) and t.view.sizes[dim] > 0]
-    if not parts or any(len(t.view.sizes) != rank for t in parts):
+    if not parts:
+        raise Unsupported("cat of empty inputs only")
+    if any(len(t.view.sizes) != rank for t in parts):
         raise Unsupported("cat of inputs of another rank")
     dt = _compute(ctx)
     index_dtype = torch.int32 if math.prod(ctx.sizes) < 2**31 else torch.int64
