@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 import fusebackend
-from benchmarks.check import Mismatch, compare, describe, tensors
+from benchmarks.check import Mismatch, against_reference, compare, describe, tensors
 from benchmarks.timing import CopyBandwidth, TimingConfig, copy_bandwidth, free_memory, median_ms, timed_call
 
 Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -73,6 +73,9 @@ class Workload:
 
     build: Callable[[Compiler], Callable[..., Any]]
     make_inputs: Callable[[], tuple[Any, ...]]
+    # the same step in fp32 on the same inputs (a half-precision model's parameters upcast), for
+    # outputs that miss eager's tolerance: see check.against_reference
+    reference: Callable[..., Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,10 +243,28 @@ def _record_fuse_stats(result: VariantResult) -> None:
     result.eager_graphs = fusebackend.metrics.eager_graphs
 
 
+def _check(out: Any, expected: Any, precision: torch.dtype | None,
+           reference: Callable[[], Any] | None) -> tuple[float, list[str]]:
+    """``compare`` against eager; where that fails and the case has an fp32 reference, the
+    comparison with it decides (``check.against_reference``)."""
+    try:
+        return compare(out, expected, precision)
+    except Mismatch:
+        if reference is None:
+            raise
+        err, note = against_reference(out, expected, reference(), precision)
+        return err, [note] if note else []
+
+
 def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: tuple[Any, ...],
-                expected_a: Any, expected_b: Any, config: RunConfig, precision: torch.dtype | None = None) -> VariantResult:
-    """Compile cold (checked on A), compile warm (checked on B), then time on B (see module doc)."""
+                expected_a: Any, expected_b: Any, config: RunConfig, precision: torch.dtype | None = None,
+                references: tuple[Callable[[], Any], Callable[[], Any]] | None = None) -> VariantResult:
+    """Compile cold (checked on A), compile warm (checked on B), then time on B (see module doc).
+
+    ``references``: the fp32 reference outputs for A and B, computed on demand (see ``_check``).
+    """
     device, result = config.device, VariantResult(name, "ok")
+    ref_a, ref_b = references if references is not None else (None, None)
     compiler = COMPILERS[name]
     with _recording_warnings(result.warnings):
         try:
@@ -254,12 +275,13 @@ def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: 
                 _record_fuse_stats(result)
             elif name == "inductor":
                 result.kernels = _inductor_kernel_count()
-            err_a, notes = compare(out, expected_a, precision)
+            err_a, notes = _check(out, expected_a, precision, ref_a)
             del out, step
             torch._dynamo.reset()
             step = work.build(compiler)
             out, result.compile_warm_s = timed_call(step, inputs_b, device)
-            err_b, _ = compare(out, expected_b, precision)
+            err_b, notes_b = _check(out, expected_b, precision, ref_b)
+            notes += [n for n in notes_b if n not in notes]
             del out
             result.error, result.notes = max(err_a, err_b), notes
             result.median_ms = median_ms(lambda: step(*inputs_b), device, config.timing)
@@ -314,12 +336,29 @@ def _measure(case: Case, config: RunConfig, unavailable: dict[str, str], result:
     result.variants.append(eager)
     if case.floor_bytes is not None:
         result.floor_bytes = case.floor_bytes(inputs_b, expected_b)
+    references = None
+    if work.reference is not None:
+        reference = work.reference
+        references = (_once(lambda: reference(*inputs_a)), _once(lambda: reference(*inputs_b)))
     for name in (v for v in config.variants if v != "eager"):
         if name in unavailable:
             result.variants.append(VariantResult(name, "n/a", notes=[unavailable[name]]))
             continue
-        result.variants.append(run_variant(name, work, inputs_a, inputs_b, expected_a, expected_b, config, case.precision))
+        result.variants.append(run_variant(name, work, inputs_a, inputs_b, expected_a, expected_b, config,
+                                           case.precision, references))
         free_memory(device)
+
+
+def _once(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn``, called at most once: later calls return the first result."""
+    saved: list[Any] = []
+
+    def call() -> Any:
+        if not saved:
+            saved.append(fn())
+        return saved[0]
+
+    return call
 
 
 def _finish(result: CaseResult, copy: CopyBandwidth | None) -> None:

@@ -18,6 +18,7 @@ No case has a bandwidth floor: matrix products and convolutions make them partly
 from __future__ import annotations
 
 import argparse
+import copy
 from typing import Any, Callable, Sequence
 
 import torch
@@ -27,9 +28,21 @@ from benchmarks.harness import Case, Compiler, Workload
 from benchmarks.models import MODELS, ModelSpec
 
 
+def _fp32(xs: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs)
+
+
+def _reference_model(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The model in fp32 with the same (upcast) parameters, for a half-precision model; else None."""
+    if not any(p.dtype in (torch.float16, torch.bfloat16) for p in model.parameters()):
+        return None
+    return copy.deepcopy(model).float()
+
+
 def _forward_workload(spec: ModelSpec, config: Any, device: torch.device) -> Workload:
     model, make_inputs = spec.make(config, device)
     model.eval()
+    reference_model = _reference_model(model)
 
     def build(compile_: Compiler) -> Callable[..., Any]:
         forward = compile_(lambda *xs: model(*xs))
@@ -40,13 +53,19 @@ def _forward_workload(spec: ModelSpec, config: Any, device: torch.device) -> Wor
 
         return step
 
-    return Workload(build, make_inputs)
+    def reference(*xs: torch.Tensor) -> Any:
+        assert reference_model is not None
+        with torch.no_grad():
+            return reference_model(*_fp32(xs))
+
+    return Workload(build, make_inputs, reference if reference_model is not None else None)
 
 
 def _train_workload(spec: ModelSpec, config: Any, device: torch.device) -> Workload:
     model, make_inputs = spec.make(config, device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
+    reference_model = _reference_model(model)
 
     def forward_loss(*xs: torch.Tensor) -> torch.Tensor:
         return model(*xs).float().square().mean()
@@ -63,7 +82,16 @@ def _train_workload(spec: ModelSpec, config: Any, device: torch.device) -> Workl
 
         return step
 
-    return Workload(build, make_inputs)
+    def reference(*xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        assert reference_model is not None
+        ref_params = [p for p in reference_model.parameters() if p.requires_grad]
+        for p in ref_params:
+            p.grad = None
+        loss = reference_model(*_fp32(xs)).float().square().mean()
+        loss.backward()
+        return (loss.detach(), *(p.grad for p in ref_params))
+
+    return Workload(build, make_inputs, reference if reference_model is not None else None)
 
 
 def _setup(make_workload: Callable[[ModelSpec, Any, torch.device], Workload], spec: ModelSpec,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.check import Mismatch, compare
+from benchmarks.check import Mismatch, against_reference, compare
+from benchmarks.harness import _check, _once
 
 
 def test_fp32_output_is_held_to_fp32_tolerance() -> None:
@@ -33,3 +34,44 @@ def test_structure_and_nan_mismatches_fail() -> None:
     y[3] = float("nan")
     with pytest.raises(Mismatch, match="NaN"):
         compare(y, x)
+
+
+def _noisy(ref: torch.Tensor, scale: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (ref + scale * ref.abs().mean() * torch.randn(ref.shape, generator=g)).bfloat16()
+
+
+def test_fp32_reference_decides_where_eager_itself_is_coarse() -> None:
+    # eager's bf16 result is 8% off the fp32 truth; the compiled one 3%: they differ from each
+    # other beyond bf16's 2e-2, and the reference shows which one carries the error
+    ref = torch.randn(4000)
+    eager, compiled = _noisy(ref, 0.08, 1), _noisy(ref, 0.03, 2)
+    with pytest.raises(Mismatch):
+        compare(compiled, eager)
+    err, note = against_reference((compiled, torch.tensor(3)), (eager, torch.tensor(3)), (ref, torch.tensor(3)))
+    assert err > 2e-2 and "output 0" in note and "against fp32" in note
+    # the harness's check takes that path only with a reference, and computes it once
+    calls: list[int] = []
+    reference = _once(lambda: calls.append(1) or ref)
+    err_checked, notes = _check(compiled, eager, None, reference)
+    assert err_checked == err and notes == [note]
+    _check(compiled, eager, None, reference)
+    assert calls == [1]
+    with pytest.raises(Mismatch):
+        _check(compiled, eager, None, None)
+
+
+def test_fp32_reference_still_fails_a_wrong_output() -> None:
+    ref = torch.randn(4000)
+    eager = _noisy(ref, 0.08, 1)
+    wrong = _noisy(ref, 0.3, 3)  # far more than twice eager's error
+    with pytest.raises(Mismatch, match="against fp32"):
+        against_reference(wrong, eager, ref)
+    with pytest.raises(Mismatch, match="differs"):  # integer outputs stay exact
+        against_reference((eager, torch.tensor(2)), (eager, torch.tensor(3)), (ref, torch.tensor(3)))
+    # within eager's own tolerance, no note and no reference needed; an fp32 output of a bf16
+    # computation (a loss) is held to bf16's tolerance, as in compare
+    assert against_reference(eager, eager, ref) == (0.0, "")
+    loss = torch.tensor(2.0)
+    err, note = against_reference(loss * (1 + 3e-4), loss, torch.tensor(2.0001), precision=torch.bfloat16)
+    assert note == "" and err == pytest.approx(3e-4, rel=1e-3)
