@@ -329,3 +329,30 @@ def test_layer_norm_training_is_one_kernel_each_way() -> None:
     forward = [a for a in fusebackend.history() if a.name.startswith("forward")]
     assert len(forward) == 1 and forward[0].kernel_count == 1, forward[0].schedule
     assert fusebackend.metrics.eager_graphs == 0
+
+
+@pytest.mark.parametrize("rows", [4096, 4100], ids=["chunks-divide", "padded-last-chunk"])
+def test_stored_prologue_fuses_into_a_split_column_sum(rows: int) -> None:
+    # t is returned (so stored) and summed over its 4096+ rows: phase 1 of the split sum computes
+    # and stores t while reducing it, instead of a kernel of its own that phase 1 reads back
+    def fn(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = x.float() * g.float()
+        return t, t.sum(0)
+
+    x, g = torch.randn(rows, 8, dtype=torch.bfloat16), torch.randn(rows, 8, dtype=torch.bfloat16)
+    check(fn, x, g)
+    if rows % 16:
+        # a padded last chunk: more (row, position) pairs than t has elements; t stays apart
+        assert kernel_count() == 3
+        assert "neither one per row" in fusebackend.last_compiled().schedule
+        return
+    assert kernel_count() == 2  # phase 1 with t's store, phase 2
+    first = kernels()[min(kernels())]
+    assert "split, phase 1" in first and first.count("tl.store(") == 2
+
+
+def test_stored_prologue_fuses_into_a_split_row_sum() -> None:
+    # two rows of 70 000: the row sum is split in chunks; t is stored by phase 1 as well
+    x = torch.randn(2, 70_000)
+    check(lambda x: (torch.sigmoid(x), torch.sigmoid(x).sum(-1)), x)
+    assert kernel_count() == 2

@@ -27,6 +27,7 @@ import math
 import operator
 from typing import Any, Callable, Sequence
 
+import sympy
 import torch
 import torch.fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -401,7 +402,8 @@ class GraphLowering:
         column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
         nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
         if nsplit > 1:
-            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column)
+            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
+                                      (sizes, source_index))
         buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
         if reduction_type not in ("argmax", "argmin"):
             value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
@@ -412,12 +414,17 @@ class GraphLowering:
     def _split_reduce(
         self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
         out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None, column: bool,
+        source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
     ) -> TensorArg:
         """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results.
 
         For a column reduction the split index is the partial buffer's outer dim, so that the
         rows of one phase-1 block are neighbouring columns (coalesced loads); otherwise it is the
-        inner dim, so that each row's partials are contiguous for phase 2.
+        inner dim, so that each row's partials are contiguous for phase 2. ``source``: the
+        reduced tensor's sizes and index; phase 1 keeps them (in its own variables), so that a
+        producer of that tensor fuses into it as its prologue even when it must be stored too
+        (where the chunks divide the rows: a padded split has more positions than the tensor
+        has elements, and the scheduler keeps the producer apart).
         """
         acc = _accumulator_dtype(reduction_type, value.dtype)
         rnumel = math.prod(rranges)
@@ -435,15 +442,18 @@ class GraphLowering:
         old_r = indexing.loop_vars("r", len(rranges))
         unravelled = indexing.unravel(flat, rranges, indexing.contiguous_strides(rranges))
         old_i = indexing.loop_vars("i", n_out)
-        moved = ir.substitute_index(ir.cast(value, acc), {
+        renamed = {
             **{r: e for r, e in zip(old_r, unravelled)},
             **({i: v for i, v in zip(old_i, out_vars)} if column else {}),
-        })
+        }
+        moved = ir.substitute_index(ir.cast(value, acc), renamed)
+        source_sizes, source_index = source[0], tuple(sympy.sympify(e).xreplace(renamed) for e in source[1])
         if nsplit * chunk != rnumel:
             inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
             moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
         part = self._new_buffer(part_sizes, acc, None)
-        self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, (), (), self.origin + " (split, phase 1)"))
+        self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
+                                       self.origin + " (split, phase 1)"))
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
         if column:
