@@ -9,7 +9,7 @@ bound. It returns the largest normwise difference, which the report shows as ``e
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -96,13 +96,18 @@ def _tolerances(dtype: torch.dtype, precision: torch.dtype | None) -> tuple[floa
     return norm_tol, elem_tol
 
 
+def _chunks(fa: torch.Tensor, fb: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching float64 pieces of two flat tensors, ``_CHUNK`` elements at a time."""
+    for start in range(0, fb.numel(), _CHUNK):
+        yield fa[start:start + _CHUNK].double(), fb[start:start + _CHUNK].double()
+
+
 def _compare_float(i: int, a: torch.Tensor, e: torch.Tensor, precision: torch.dtype | None) -> float:
     norm_tol, elem_tol = _tolerances(e.dtype, precision)
     fa, fe = _flatten(a, e)
     n = fe.numel()
     diff_sq = ref_sq = 0.0
-    for start in range(0, n, _CHUNK):
-        ca, ce = fa[start:start + _CHUNK].double(), fe[start:start + _CHUNK].double()
+    for ca, ce in _chunks(fa, fe):
         if not torch.equal(ca.isnan(), ce.isnan()):
             raise Mismatch(f"output {i}: NaN where eager has none, or the reverse")
         inf = ce.isinf() | ca.isinf()
@@ -116,8 +121,7 @@ def _compare_float(i: int, a: torch.Tensor, e: torch.Tensor, precision: torch.dt
     if rel > norm_tol:
         raise Mismatch(f"output {i} ({describe(e)}): ||out - eager|| / ||eager|| = {rel:.2e} > {norm_tol:.0e}")
     rms = math.sqrt(ref_sq / max(n, 1))
-    for start in range(0, n, _CHUNK):
-        ca, ce = fa[start:start + _CHUNK].double(), fe[start:start + _CHUNK].double()
+    for ca, ce in _chunks(fa, fe):
         finite = ce.isfinite()
         excess = (ca - ce).abs() - elem_tol * (ce.abs() + rms)
         bad = int((excess[finite] > 0).sum())
@@ -167,11 +171,9 @@ def against_reference(actual: Any, expected: Any, reference: Any,
 
 
 def _normwise(a: torch.Tensor, b: torch.Tensor) -> float:
-    """||a - b|| / ||b|| in float64 (both finite where b is), chunked like the comparison."""
-    fa, fb = a.detach().reshape(-1), b.detach().reshape(-1)
+    """||a - b|| / ||b|| in float64 where b is finite (inf where a is not there)."""
     diff_sq = ref_sq = 0.0
-    for start in range(0, fb.numel(), _CHUNK):
-        ca, cb = fa[start:start + _CHUNK].double(), fb[start:start + _CHUNK].double()
+    for ca, cb in _chunks(*_flatten(a.detach(), b.detach())):
         finite = cb.isfinite()
         if not bool(ca[finite].isfinite().all()):
             return math.inf

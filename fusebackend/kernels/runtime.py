@@ -260,7 +260,7 @@ def allocators(device: torch.device) -> tuple[Any, Any]:
 
 def on_device(index: int | None) -> bool:
     """Whether the current CUDA device is ``index`` (the fast allocator's device)."""
-    return index is not None and torch.cuda.current_device() == index
+    return index is not None and torch._C._cuda_getDevice() == index
 
 
 def view(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> torch.Tensor:
