@@ -460,6 +460,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones, so 'cold' may be warm")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
     parser.add_argument("--rep-ms", type=float, default=100.0, help="GPU: do_bench repetition budget (ms)")
+    parser.add_argument("--l2", default="zeroed", choices=("zeroed", "clean"),
+                        help="GPU: how the L2 is flushed between timed calls: zeroed (do_bench's flush, which "
+                             "leaves dirty lines the call must write back) or clean (see benchmarks/timing.py)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="CPU: calls timed per variant, median reported (the check call before is the warm-up)")
     parser.add_argument("--cpu-threads", type=int, default=1,
@@ -525,7 +528,7 @@ def main_for(suites: Sequence[str], args: argparse.Namespace) -> list[RunResult]
     copy_mib = args.copy_mib or (1024 if device.type == "cuda" else 256)
     if device.type == "cpu" and args.cpu_threads > 0:
         torch.set_num_threads(args.cpu_threads)
-    config = RunConfig(device, variants, TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats), copy_mib << 20)
+    config = RunConfig(device, variants, TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats, args.l2), copy_mib << 20)
     results = []
     # On a CPU the generated kernels run in Triton's interpreter; on a GPU, compiled.
     with fresh_caches(not args.keep_caches), fusebackend.config.patch(interpret=device.type == "cpu"):

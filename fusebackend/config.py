@@ -50,6 +50,11 @@ class Config:
     )
     # FUSE_FUSION: 0 turns fusion off (one kernel per node), for comparisons and debugging.
     fusion: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_FUSION", 1) != 0)
+    # FUSE_PDL: 1 turns on programmatic dependent launch (a kernel that follows another of its
+    # graph's kernels is launched before that one ends and waits for it on the GPU; compute
+    # capability 9.0 and later). Off by default until measured on whole models: see
+    # ``runtime.use_pdl``.
+    pdl: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_PDL", 0) != 0)
 
     @contextlib.contextmanager
     def patch(self, **overrides: Any) -> Iterator[None]:

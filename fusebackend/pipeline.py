@@ -29,7 +29,7 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> C
     with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
         sched = scheduler.schedule(graph)
     with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
-        kernels = [codegen.generate(plan, k) for k, plan in enumerate(sched.kernels)]
+        kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device))
         wrapper = codegen.generate_wrapper(sched, kernels, moved)
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call = _load(wrapper, kernels, name)

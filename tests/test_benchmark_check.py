@@ -39,7 +39,7 @@ def test_structure_and_nan_mismatches_fail() -> None:
 
 
 def _noisy(ref: torch.Tensor, scale: float, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=ref.device).manual_seed(seed)
     return (ref + scale * ref.abs().mean() * torch.randn(ref.shape, generator=g)).bfloat16()
 
 
@@ -77,3 +77,20 @@ def test_fp32_reference_still_fails_a_wrong_output() -> None:
     loss = torch.tensor(2.0)
     err, note = against_reference(loss * (1 + 3e-4), loss, torch.tensor(2.0001), precision=torch.bfloat16)
     assert note == "" and err == pytest.approx(3e-4, rel=1e-3)
+
+
+def test_column_sum_study_kernels_sum_columns() -> None:
+    # the study's hand-written kernels (both phases, one kernel with its counters reset between
+    # calls, a first phase alone, a read-only pass) are checked against an fp32 sum on fresh
+    # inputs, three times each; in a child process so that Triton picks the interpreter itself
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.column_sum_study", "--check"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    checked = [line for line in done.stdout.splitlines() if line.startswith("checked ")]
+    assert len(checked) >= 7 and "checked one kernel, split 8, 64 x 16, 4 warps" in checked

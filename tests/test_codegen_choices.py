@@ -1,8 +1,9 @@
 """Codegen, scheduling and launch choices that change no value, only what runs: masks left out
 where blocks tile the extent exactly, cheap pointwise nodes recomputed in their readers instead
 of stored, L2 eviction hints on the loads of reductions, launch configs by the passes a kernel
-makes over its rows, and kernels launched without Triton's per-call binding once compiled. Every test of
-generated code compares with eager too (``check``)."""
+makes over its rows, kernels launched without Triton's per-call binding once compiled, and
+programmatic dependent launch (a kernel after one of ours starts early and waits on the GPU).
+Every test of generated code that runs compares with eager too (``check``)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def test_config_is_told_how_many_passes_a_looped_kernel_makes(monkeypatch: pytes
 
 
 def test_gpu_pointwise_configs_hold_32_bytes_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_interpreter = runtime.use_interpreter
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
     assert runtime.pointwise_config(1 << 20, 2) == {"XBLOCK": 2048, "num_warps": 4}
     assert runtime.pointwise_config(1 << 20, 4) == {"XBLOCK": 1024, "num_warps": 4}
@@ -124,7 +126,7 @@ def test_gpu_pointwise_configs_hold_32_bytes_per_thread(monkeypatch: pytest.Monk
         return original(numel, itemsize)
 
     monkeypatch.setattr(runtime, "pointwise_config", record)
-    monkeypatch.setattr(runtime, "use_interpreter", lambda: True)
+    monkeypatch.setattr(runtime, "use_interpreter", use_interpreter)  # the kernels run where the suite runs
     # bf16 in and out, fp32 only in registers: 2 bytes; an fp32 output: 4
     check(lambda x: (x.float() * 2).to(bf16), torch.randn(64, dtype=bf16))
     check(lambda x: x.float() * 2, torch.randn(64, dtype=bf16))
@@ -317,3 +319,97 @@ def test_launcher_in_the_interpreter_always_binds(monkeypatch: pytest.MonkeyPatc
     launch(x, 64)
     launch(x, 64)
     assert len(jit.bound) == 2 and not jit.compiled.launches
+
+
+# ------------------------------------------------------------- programmatic dependent launch
+
+
+def _schedule(fn: Callable[..., Any], *args: torch.Tensor) -> Any:
+    """The schedule of fn's graph (lowered for the tensors given, nothing run)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusebackend import lowering, scheduler
+    from fusebackend.decompositions import decomposition_table
+
+    gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
+    graph, _ = lowering.lower(gm, list(args), "pdl")
+    return scheduler.schedule(graph)
+
+
+def _statements(source: str) -> list[str]:
+    """The kernel function's statements, comments left out, in order."""
+    body = source.split("\ndef ", 1)[1].splitlines()[1:]
+    statements = [line.split("  #")[0].strip() for line in body]
+    return [line for line in statements if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("fn, shape, marks", [
+    (lambda x: x * 2 + 1, (64, 48), ["tl.program_id(0) * XBLOCK"]),       # flat pointwise
+    (lambda x: x.t().contiguous() * 2, (64, 64), ["# tiled"]),              # tiled transpose
+    (lambda x: torch.softmax(x, -1), (16, 64), ["rbase"]),                  # row reduction
+    (lambda x: x.sum(0), (4096, 64), ["(split, phase 1)", "(split, phase 2)"]),  # two kernels
+])
+def test_pdl_kernels_wait_for_the_grid_before_anything_else(fn: Callable[..., Any], shape: tuple[int, ...],
+                                                            marks: list[str]) -> None:
+    from fusebackend import codegen
+    from fusebackend.codegen.body import GRID_WAIT
+
+    plans = _schedule(fn, torch.randn(shape)).kernels
+    assert len(plans) == len(marks)
+    for k, (plan, mark) in enumerate(zip(plans, marks)):
+        plain = codegen.generate(plan, k)
+        early = codegen.generate(plan, k, pdl=True)
+        assert mark in plain.source
+        assert "gdc_wait" not in plain.source and "launch_pdl" not in plain.launch
+        assert early.launch == {**plain.launch, "launch_pdl": True}
+        statements = _statements(early.source)
+        assert statements[0] == "tl.extra.cuda.gdc_wait()" and GRID_WAIT in early.source
+        assert statements[1:] == _statements(plain.source)  # nothing else changes
+
+
+def test_pdl_is_a_compile_option_not_a_kernel_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
+    jit, launcher = _jit36()
+    launcher.launch_pdl = True  # type: ignore[misc]  # what Triton reads off the compiled metadata
+    launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "num_warps": 4, "launch_pdl": True})
+    a = torch.empty(64)
+    launch(a, 100)
+    launch(a, 100)
+    assert jit.bound == [((12, 1, 1), (a, 100), {"XBLOCK": 64, "num_warps": 4, "launch_pdl": True})]
+    assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, True, None, None, "packed", None, None, None,
+                               a, 100, 64)]
+
+
+def test_pdl_only_for_compiled_kernels_on_capable_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = torch.device("cuda", 0)
+    capable = runtime._pdl_capable.__wrapped__  # type: ignore[attr-defined]  # the uncached check
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    monkeypatch.setattr(runtime, "_pdl_capable", lambda index: index == 0)
+    with fusebackend.config.patch(pdl=False):  # the default, FUSE_PDL unset
+        assert not runtime.use_pdl(cuda)
+    with fusebackend.config.patch(pdl=True):
+        assert runtime.use_pdl(cuda) and not runtime.use_pdl(torch.device("cuda", 1))
+        assert not runtime.use_pdl(torch.device("cpu"))
+        monkeypatch.setattr(runtime, "use_interpreter", lambda: True)
+        assert not runtime.use_pdl(cuda)
+    for capability, expected in (((8, 0), False), ((9, 0), True), ((10, 0), True)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index, c=capability: c)
+        assert capable(0) is expected
+
+
+def test_pdl_only_directly_after_our_own_kernels() -> None:
+    from fusebackend import codegen, scheduler
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w).sum(0) * 2
+
+    sched = _schedule(fn, torch.randn(4096, 32), torch.randn(32, 64))
+    kinds = ["extern" if isinstance(s, scheduler.ExternCall) else "kernel" for s in sched.steps]
+    assert kinds == ["extern", "kernel", "kernel"]  # mm, then relu + sum's phase 1, then phase 2 (* 2)
+    first, second = codegen.generate_all(sched, pdl=True)
+    # the kernel after cuBLAS is launched as usual, the one after our own kernel early
+    assert "launch_pdl" not in first.launch and "gdc_wait" not in first.source
+    assert second.launch.get("launch_pdl") is True and "gdc_wait" in second.source
+    plain = [codegen.generate(plan, k).source for k, plan in enumerate(sched.kernels)]
+    assert [k.source for k in codegen.generate_all(sched)] == plain

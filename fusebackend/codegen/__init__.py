@@ -1,17 +1,48 @@
 """Codegen: a Schedule -> Triton source per kernel plan and a Python wrapper for the graph."""
 
+import dataclasses
+
 from fusebackend.codegen.body import KernelSource
 from fusebackend.codegen.pointwise import generate_pointwise
 from fusebackend.codegen.reduction import generate_reduction
 from fusebackend.codegen.wrapper import WrapperSource, generate_wrapper
-from fusebackend.scheduler import KernelPlan
+from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
-def generate(plan: KernelPlan, index: int) -> KernelSource:
-    """Triton source for one kernel plan: a reduction kernel when the plan reduces."""
+def generate(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+    """Triton source for one kernel plan: a reduction kernel when the plan reduces.
+
+    ``pdl``: the kernel is launched with programmatic dependent launch (``runtime.use_pdl``):
+    it may start while the kernel before it in the stream still runs, so its first statement
+    waits on the GPU until that kernel has finished and its writes are visible.
+    """
     if plan.space.anchor is not None:
-        return generate_reduction(plan, index)
-    return generate_pointwise(plan, index)
+        source = generate_reduction(plan, index, pdl)
+    else:
+        source = generate_pointwise(plan, index, pdl)
+    if pdl:
+        source = dataclasses.replace(source, launch={**source.launch, "launch_pdl": True})
+    return source
 
 
-__all__ = ["KernelSource", "WrapperSource", "generate", "generate_wrapper"]
+def generate_all(schedule: Schedule, pdl: bool = False) -> list[KernelSource]:
+    """Every kernel of a schedule, in launch order (kernel k is the schedule's k-th plan).
+
+    With ``pdl`` (``runtime.use_pdl``), a kernel is launched early only when the GPU work just
+    before it is one of this graph's kernels, which never let their dependents start before
+    they end. Library kernels (cuBLAS, cuDNN) may: a kernel of ours launched after one could
+    start while it runs and hold SM slots it still needs, only to wait.
+    """
+    kernels: list[KernelSource] = []
+    after_kernel = False  # the last GPU work was one of our kernels
+    for step in schedule.steps:
+        if isinstance(step, ExternCall):
+            after_kernel = False
+            continue
+        source = generate(step, len(kernels), pdl and after_kernel)
+        kernels.append(source)
+        after_kernel = after_kernel or source.grid > 0  # an empty kernel launches nothing
+    return kernels
+
+
+__all__ = ["KernelSource", "WrapperSource", "generate", "generate_all", "generate_wrapper"]

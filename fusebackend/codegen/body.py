@@ -286,6 +286,10 @@ def describe(plan: KernelPlan) -> list[str]:
     return lines
 
 
+# The first statement of a kernel launched with programmatic dependent launch: nothing in it may
+# read or write memory before the kernel ahead of it in the stream has finished.
+GRID_WAIT = "tl.extra.cuda.gdc_wait()  # launched early (PDL): wait for the kernel before this one"
+
 HEADER = [
     "import triton",
     "import triton.language as tl",

@@ -20,7 +20,7 @@ import math
 import sympy
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan
@@ -45,12 +45,12 @@ class Tile:
         return outer + Y_INDEX * self.inner + X_INNER
 
 
-def generate_pointwise(plan: KernelPlan, index: int) -> KernelSource:
-    flat = _generate_flat(plan, index)
+def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+    flat = _generate_flat(plan, index, pdl)
     tile = transpose_tile(plan, flat[1])
     if tile is None:
         return flat[0]
-    return _generate_tiled(plan, index, tile)
+    return _generate_tiled(plan, index, tile, pdl)
 
 
 def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],
@@ -71,7 +71,7 @@ def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.S
     return stores, outputs
 
 
-def _generate_flat(plan: KernelPlan, index: int) -> tuple[KernelSource, KernelBody]:
+def _generate_flat(plan: KernelPlan, index: int, pdl: bool) -> tuple[KernelSource, KernelBody]:
     space = plan.space
     numel = space.xnumel
     produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
@@ -87,6 +87,8 @@ def _generate_flat(plan: KernelPlan, index: int) -> tuple[KernelSource, KernelBo
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
+        if pdl:
+            w.line(GRID_WAIT)
         if body.uses_int64(numel):
             w.line("xoffset = tl.program_id(0).to(tl.int64) * XBLOCK")
             w.line("xindex = xoffset + tl.arange(0, XBLOCK).to(tl.int64)")
@@ -138,7 +140,7 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     return None
 
 
-def _generate_tiled(plan: KernelPlan, index: int, tile: Tile) -> KernelSource:
+def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> KernelSource:
     space = plan.space
     numel = space.xnumel
     body = KernelBody(plan, space, XDIMS)  # the blocks divide both tiled extents
@@ -159,6 +161,8 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile) -> KernelSource:
         w.lines(describe(plan))
         w.line(f"# tiled: {tile.ysize} (y) by {tile.inner} (x) elements per {tile.outer} outer block(s), so that "
                f"{tile.load} is read along y and the outputs written along x; blocks tile exactly: no masks")
+        if pdl:
+            w.line(GRID_WAIT)
         pid = "tl.program_id(0).to(tl.int64)" if body.uses_int64(numel) else "tl.program_id(0)"
         w.line(f"pid = {pid}")
         w.line(f"x_tiles = {tile.inner} // XBLOCK")

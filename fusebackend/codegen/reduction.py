@@ -26,7 +26,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
@@ -83,7 +83,7 @@ def _depths(plan: KernelPlan) -> dict[str, int]:
     return depth
 
 
-def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
+def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
     space = plan.space
     anchor = space.anchor
     assert anchor is not None
@@ -180,6 +180,8 @@ def generate_reduction(plan: KernelPlan, index: int) -> KernelSource:
                + ("; blocks tile the rows exactly: no masks" if body.exact == FULL else ""))
         pid = "tl.program_id(0).to(tl.int64)" if int64 else "tl.program_id(0)"
         arange = (lambda n: f"tl.arange(0, {n}).to(tl.int64)") if int64 else (lambda n: f"tl.arange(0, {n})")
+        if pdl:
+            w.line(GRID_WAIT)
         w.line(f"xoffset = {pid} * XBLOCK")
         w.line(f"xindex = xoffset + {arange('XBLOCK')}{lay.x_suffix}")
         if body.mask(ROW):
