@@ -351,14 +351,24 @@ class _Computed:
     def reads(self) -> list[View]:
         return [ld.view for ld in loads(self.body)]
 
+    def described(self) -> str:
+        """The origin, and the nodes whose computation the scheduler folded into the body."""
+        recomputes = getattr(self, "recomputes", ())
+        return self.origin + (f"; recomputes {', '.join(recomputes)}" if recomputes else "")
+
 
 @dataclasses.dataclass(frozen=True)
 class Pointwise(_Computed):
-    """``buffer[i0, i1, ...] = body`` for every index of the buffer's sizes."""
+    """``buffer[i0, i1, ...] = body`` for every index of the buffer's sizes.
+
+    ``recomputes`` names the pointwise nodes (with their origins) whose bodies the scheduler
+    substituted into this one instead of storing them (``scheduler/recompute.py``).
+    """
 
     buffer: Buffer
     body: Expr
     origin: str
+    recomputes: tuple[str, ...] = ()
 
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any")
@@ -383,6 +393,7 @@ class Reduction(_Computed):
     source_sizes: tuple[int, ...]
     source_index: tuple[sympy.Expr, ...]
     origin: str
+    recomputes: tuple[str, ...] = ()  # as for Pointwise
 
     def __post_init__(self) -> None:
         if self.reduction_type not in REDUCTION_TYPES:
@@ -470,11 +481,11 @@ class IRGraph:
 
 def format_node(node: Node) -> str:
     if isinstance(node, Pointwise):
-        return f"{node.buffer} = pointwise  # {node.origin}\n    {format_expr(node.body)}"
+        return f"{node.buffer} = pointwise  # {node.described()}\n    {format_expr(node.body)}"
     if isinstance(node, Reduction):
         return (
             f"{node.buffer} = {node.reduction_type} over r{list(node.reduction_ranges)}"
-            f"  # {node.origin}\n    {format_expr(node.body)}"
+            f"  # {node.described()}\n    {format_expr(node.body)}"
         )
     outs = ", ".join(str(b) for _, b in node.outputs) or "(no tensor outputs)"
     args = ", ".join(str(a) for a in node.args)

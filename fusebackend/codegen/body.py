@@ -281,7 +281,8 @@ def describe(plan: KernelPlan) -> list[str]:
     lines = []
     for node in plan.nodes:
         tag = "stored" if node.name in stored else "in registers"
-        lines.append(f"# {node.name} ({tag}): {getattr(node, 'origin', '')}")
+        what = node.described() if isinstance(node, (ir.Pointwise, ir.Reduction)) else getattr(node, "origin", "")
+        lines.append(f"# {node.name} ({tag}): {what}")
     lines.append(f"# reads {plan.bytes_read} B, writes {plan.bytes_written} B")
     return lines
 

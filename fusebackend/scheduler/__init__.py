@@ -1,8 +1,8 @@
 """Scheduler: IRGraph -> Schedule, an ordered list of kernel plans and extern calls.
 
-``schedule(graph)`` first recomputes cheap pointwise nodes in their readers (``recompute.py``),
-then fuses nodes (``fusion.py``) by the bytes each fusion saves (``cost_model.py``) and orders
-the groups. Each ``KernelPlan`` names its nodes, the buffers it
+``schedule(graph)`` fuses nodes (``fusion.py``) by the bytes each fusion saves
+(``cost_model.py``), recomputes in their readers the cheap pointwise results fusion would store
+(``recompute.py``) and fuses again, and orders the groups. Each ``KernelPlan`` names its nodes, the buffers it
 must store (read outside the group or returned by the graph) and its byte accounting; the
 ``Schedule`` keeps every fusion taken and every one refused, with its reason.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from fusebackend import ir
+from fusebackend.config import config
 from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
 from fusebackend.scheduler.recompute import inline_cheap
@@ -49,6 +50,7 @@ class Schedule:
     refusals: tuple[Refusal, ...]
     floor_bytes: int
     recomputed: tuple[ir.Pointwise, ...] = ()
+    absorbed: tuple[ir.Pointwise, ...] = ()  # computed only inside recomputed chains now
 
     @property
     def kernels(self) -> list[KernelPlan]:
@@ -91,8 +93,11 @@ class Schedule:
             f"the floor reads each graph input once and writes each output once"
         )
         if self.recomputed:
-            lines.append("  recomputed in each reader instead of stored (cheaper than a write and reads back):")
+            lines.append("  recomputed in each reader instead of stored (its inputs cost no more bytes than "
+                         "a write and reads back):")
             lines.extend(f"    {n.name}: {n.origin}" for n in self.recomputed)
+        if self.absorbed:
+            lines.append("  computed only inside those: " + ", ".join(n.name for n in self.absorbed))
         if self.decisions:
             lines.append("  fusions taken:")
             lines.extend(f"    {d}" for d in self.decisions)
@@ -110,11 +115,23 @@ def _fmt(n: int) -> str:
 
 
 def schedule(graph: ir.IRGraph) -> Schedule:
-    # recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
-    # the floor of the rewritten graph is the floor of the original
-    graph, recomputed = inline_cheap(graph)
-    model = TrafficModel(graph)
-    groups, decisions, refusals = fuse(graph, model)
+    # Fuse; then recompute, in their readers, the pointwise results that fusion left stored and
+    # that are cheaper to compute again (recompute.py), and fuse again, until none is left.
+    # Recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
+    # the floor of the rewritten graph is the floor of the original. With fusion off every node
+    # is a kernel of its own.
+    recomputed: tuple[ir.Pointwise, ...] = ()
+    absorbed: tuple[ir.Pointwise, ...] = ()
+    while True:
+        model = TrafficModel(graph)
+        groups, decisions, refusals = fuse(graph, model)
+        if not config.fusion:
+            break
+        stored = {b.name for g in groups.topological() for b in model.stored(groups.members[g])}
+        graph, more, chains = inline_cheap(graph, stored)
+        if not more:
+            break
+        recomputed, absorbed = recomputed + more, absorbed + chains
     steps: list[Step] = []
     for g in groups.topological():
         members = groups.members[g]
@@ -128,7 +145,7 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         space = plan_space(nodes, {b.name for b in stored})
         steps.append(KernelPlan(nodes, stored, read, written, space))
     floor = graph_floor(graph, model.readers)
-    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed)
+    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed, absorbed)
 
 
 __all__ = ["schedule", "Schedule", "KernelPlan", "ExternCall"]

@@ -1,16 +1,33 @@
-"""Recompute cheap pointwise nodes in each reader instead of storing them.
+"""Recompute cheap pointwise chains in each reader instead of storing their results.
 
-A pointwise node that reads only memory-resident buffers (graph inputs, extern results) and reads
-no more bytes per element than it writes (an upcast of a bf16 tensor to fp32, ``x * 2``) is
-never worth storing: when its readers land in different kernels, each reading the node's inputs
-again moves fewer bytes than one kernel writing the node and the others reading it back. A
-batch norm in training mode is the common case: the fp32 copy of its input is read by the mean,
-the variance and the normalization, which are separate kernels when the statistics reduction is
-split.
+Every pointwise node has an *expansion*: its body with each pointwise producer's load replaced by
+that producer's expansion, down to *leaves* that are not pointwise (graph inputs, extern results,
+reductions) or whose own expansion is too large. A node is recomputed in its readers when
 
-``inline_cheap(graph)`` substitutes such a node's body into every reader and drops the node. It
-leaves alone a node that the graph returns, that an extern or a gather reads, or that has a
-single reader (ordinary fusion handles that one).
+- it has two or more readers (a single reader is ordinary fusion's business), none of them an
+  extern, a gather (those need it in memory) or a node after a mutating extern that follows it
+  (recomputed there, it could see the mutated values), and the graph does not return it;
+- its expansion holds at most ``MAX_OPS`` distinct operations and no gather;
+- the leaves it reads in full (views with at least as many distinct elements as the node; a
+  per-channel or per-row value is served by the cache) take no more bytes per element than the
+  node itself.
+
+The last condition makes recomputing never cost more device memory traffic, however the readers
+end up grouped into kernels: each reader in another kernel reads the leaves instead of the node,
+no more bytes, and the node is never written. The common cases:
+
+- an upcast (``x.float()`` of a bf16 ``x``: 2 bytes read where 4 would be stored and read back),
+  read by the mean, the variance and the normalization of a batch norm whose statistics are a
+  split reduction and so a kernel apart;
+- the fp32 chains of a batch-norm backward in half precision, ``(x.float() - mean)`` and the
+  ReLU-masked gradient upcast, read by its statistics (split reductions) and again by its last
+  pass: two fp32 tensors written and read back per layer when stored, where recomputing reads
+  the two bf16 tensors they come from.
+
+``inline_cheap(graph, within)`` substitutes each such node's expansion into its readers, then
+drops the pointwise nodes that this leaves unread. The scheduler offers it only the nodes that
+fusion left stored: a node fused into all its readers costs nothing to keep, and keeping it
+keeps the kernel's comments naming it.
 """
 
 from __future__ import annotations
@@ -22,72 +39,94 @@ import sympy
 from fusebackend import indexing, ir
 from fusebackend.scheduler.space import producer_index
 
-MAX_OPS = 4  # ops in a body cheap enough to evaluate again in every reader
+MAX_OPS = 24  # distinct ops of an expansion cheap enough to evaluate again in every reader
 
 
-def inline_cheap(graph: ir.IRGraph) -> tuple[ir.IRGraph, tuple[ir.Pointwise, ...]]:
-    """The graph with cheap multi-reader pointwise nodes recomputed in their readers, and those nodes."""
-    candidates = _candidates(graph)
+def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.IRGraph, tuple[ir.Pointwise, ...],
+                                                                             tuple[ir.Pointwise, ...]]:
+    """The graph with cheap multi-reader pointwise chains recomputed in their readers; the nodes
+    recomputed; and the pointwise nodes that this leaves unread (the chains they absorbed).
+
+    ``within``: consider only these nodes (the scheduler passes those fusion would store).
+    """
+    expansions = _expansions(graph)
+    candidates = _candidates(graph, expansions)
+    if within is not None:
+        candidates = {name: node for name, node in candidates.items() if name in within}
     if not candidates:
-        return graph, ()
+        return graph, (), ()
     nodes: list[ir.Node] = []
-    inlined: dict[str, ir.Pointwise] = {}
     for node in graph.nodes:
-        if isinstance(node, (ir.Pointwise, ir.Reduction)) and any(
-            ld.view.buffer.name in inlined for ld in ir.loads(node.body)
-        ):
-            node = dataclasses.replace(node, body=_substitute(node, inlined))
-        if node.name in candidates:
-            assert isinstance(node, ir.Pointwise)
-            inlined[node.name] = node
-            continue
+        if isinstance(node, (ir.Pointwise, ir.Reduction)):
+            used = dict.fromkeys(ld.view.buffer.name for ld in ir.loads(node.body)
+                                 if isinstance(ld, ir.Load) and ld.view.buffer.name in candidates)
+            if used:
+                names = tuple(f"{name} ({candidates[name].origin})" for name in used)
+                node = dataclasses.replace(node, body=_substitute(node, candidates),
+                                           recomputes=node.recomputes + names)
         nodes.append(node)
-    return dataclasses.replace(graph, nodes=nodes), tuple(inlined.values())
+    unread = _unread(graph, nodes) - _unread(graph, graph.nodes)  # made unread by the substitution
+    recomputed = tuple(n for n in graph.nodes if n.name in candidates)
+    absorbed = tuple(n for n in graph.nodes if n.name in unread and n.name not in candidates)
+    kept = [n for n in nodes if n.name not in unread]
+    return dataclasses.replace(graph, nodes=kept), recomputed, absorbed  # type: ignore[return-value]
 
 
-def _candidates(graph: ir.IRGraph) -> set[str]:
-    memory = {b.name for b in graph.input_buffers()}
+def _expansions(graph: ir.IRGraph) -> dict[str, ir.Pointwise]:
+    """Each pointwise node whose expansion is small enough, with the expansion as its body."""
+    out: dict[str, ir.Pointwise] = {}
     for node in graph.nodes:
-        if isinstance(node, ir.Extern):
-            memory |= {b.name for b in ir.written_buffers(node)}
-    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
-    readers: dict[str, int] = {}
-    pinned: set[str] = set()  # read by an extern or through a gather: must be in memory
-    for node in graph.nodes:
-        for view in node.reads():
-            readers[view.buffer.name] = readers.get(view.buffer.name, 0) + 1
-        if isinstance(node, ir.Extern):
-            pinned |= {v.buffer.name for v in node.reads()}
-        else:
-            pinned |= {ld.view.buffer.name for ld in ir.loads(node.body) if isinstance(ld, ir.IndirectLoad)}
-    out = set()
-    for node in graph.nodes:
-        if (
-            isinstance(node, ir.Pointwise)
-            and node.name not in returned | pinned
-            and readers.get(node.name, 0) >= 2
-            and _cheap(node, memory)
-        ):
-            out.add(node.name)
+        if not isinstance(node, ir.Pointwise):
+            continue
+        expanded = dataclasses.replace(node, body=_substitute(node, out))
+        if len(_distinct_ops(expanded.body)) <= MAX_OPS:
+            out[node.name] = expanded
     return out
 
 
-def _cheap(node: ir.Pointwise, memory: set[str]) -> bool:
-    ops = [e for e in ir.walk(node.body) if isinstance(e, ir.Op)]
-    loads = ir.loads(node.body)
-    if len(ops) > MAX_OPS or any(isinstance(ld, ir.IndirectLoad) for ld in loads):
-        return False
-    if any(ld.view.buffer.name not in memory for ld in loads):
+def _distinct_ops(expr: ir.Expr) -> set[ir.Op]:
+    return {e for e in ir.walk(expr) if isinstance(e, ir.Op)}  # codegen computes equal ones once
+
+
+def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
+    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    readers: dict[str, int] = {}
+    pinned: set[str] = set()  # read by an extern or through a gather: must be in memory
+    computed: set[str] = set()  # pointwise nodes so far
+    before_mutation: set[str] = set()  # those computed before the latest mutating extern
+    for node in graph.nodes:
+        for view in node.reads():
+            readers[view.buffer.name] = readers.get(view.buffer.name, 0) + 1
+            if view.buffer.name in before_mutation:
+                pinned.add(view.buffer.name)  # recomputed after the mutation, it could differ
+        if isinstance(node, ir.Pointwise):
+            computed.add(node.name)
+        if isinstance(node, ir.Extern):
+            pinned |= {v.buffer.name for v in node.reads()}
+            if node.mutates:
+                before_mutation = set(computed)
+        else:
+            pinned |= {ld.view.buffer.name for ld in ir.loads(node.body) if isinstance(ld, ir.IndirectLoad)}
+    return {
+        name: node for name, node in expansions.items()
+        if name not in returned | pinned and readers.get(name, 0) >= 2 and _cheap(node)
+    }
+
+
+def _cheap(expanded: ir.Pointwise) -> bool:
+    loads = ir.loads(expanded.body)
+    if any(isinstance(ld, ir.IndirectLoad) for ld in loads):
         return False
     # bytes read per element written; a broadcast view (fewer distinct elements) is served by cache
     per_element = sum(
         ld.view.dtype.itemsize for ld in {ld.view: ld for ld in loads}.values()
-        if ld.view.distinct_elements() >= node.buffer.numel
+        if ld.view.distinct_elements() >= expanded.buffer.numel
     )
-    return per_element <= node.buffer.dtype.itemsize
+    return per_element <= expanded.buffer.dtype.itemsize
 
 
 def _substitute(node: ir.Pointwise | ir.Reduction, inlined: dict[str, ir.Pointwise]) -> ir.Expr:
+    """``node``'s body with each plain load of an ``inlined`` buffer replaced by that node's body."""
     ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), node.ranges))
     if isinstance(node, ir.Reduction):
         ranges.update(zip(indexing.loop_vars("r", len(node.reduction_ranges)), node.reduction_ranges))
@@ -102,3 +141,15 @@ def _substitute(node: ir.Pointwise | ir.Reduction, inlined: dict[str, ir.Pointwi
         return ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
 
     return ir.map_expr(node.body, leaf)
+
+
+def _unread(graph: ir.IRGraph, nodes: list[ir.Node]) -> set[str]:
+    """The pointwise nodes of ``nodes`` whose results nothing needs, directly or through others."""
+    needed = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    unread = set()
+    for node in reversed(nodes):
+        if isinstance(node, ir.Pointwise) and node.name not in needed:
+            unread.add(node.name)
+            continue
+        needed |= {v.buffer.name for v in node.reads()}
+    return unread
