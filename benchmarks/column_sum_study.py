@@ -44,16 +44,22 @@ import fusebackend  # noqa: E402
 
 
 @triton.jit
-def column_partial(x, part, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
-    """Phase 1: program (c, s) sums rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB) into part[s]."""
-    c = tl.program_id(0)
-    s = tl.program_id(1)
+def chunk_sums(x, c, s, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
+    """The sums of rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB), RB rows a step."""
     cols = c * XB + tl.arange(0, XB)[None, :]
     acc = tl.zeros([RB, XB], tl.float32)
     for r0 in range(0, R, RB):
         rows = s * R + r0 + tl.arange(0, RB)[:, None]
         acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
-    tl.store(part + s * M + c * XB + tl.arange(0, XB), tl.sum(acc, 0))
+    return tl.sum(acc, 0)
+
+
+@triton.jit
+def column_partial(x, part, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
+    """Phase 1: program (c, s) sums rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB) into part[s]."""
+    c = tl.program_id(0)
+    s = tl.program_id(1)
+    tl.store(part + s * M + c * XB + tl.arange(0, XB), chunk_sums(x, c, s, M, R, XB, RB))
 
 
 @triton.jit
@@ -75,13 +81,8 @@ def column_sum_one_kernel(x, part, count, out, M: tl.constexpr, R: tl.constexpr,
     block's counter for the next call."""
     c = tl.program_id(0)
     s = tl.program_id(1)
-    cols = c * XB + tl.arange(0, XB)[None, :]
-    acc = tl.zeros([RB, XB], tl.float32)
-    for r0 in range(0, R, RB):
-        rows = s * R + r0 + tl.arange(0, RB)[:, None]
-        acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
     cols1 = c * XB + tl.arange(0, XB)
-    tl.store(part + s * M + cols1, tl.sum(acc, 0))
+    tl.store(part + s * M + cols1, chunk_sums(x, c, s, M, R, XB, RB))
     tl.debug_barrier()
     arrived = tl.atomic_add(count + c, 1, sem="acq_rel", scope="gpu")
     if arrived == S - 1:

@@ -339,6 +339,8 @@ class _Computed:
 
     buffer: Buffer
     body: Expr
+    origin: str
+    recomputes: tuple[str, ...]
 
     @property
     def name(self) -> str:
@@ -353,8 +355,7 @@ class _Computed:
 
     def described(self) -> str:
         """The origin, and the nodes whose computation the scheduler folded into the body."""
-        recomputes = getattr(self, "recomputes", ())
-        return self.origin + (f"; recomputes {', '.join(recomputes)}" if recomputes else "")
+        return self.origin + (f"; recomputes {', '.join(self.recomputes)}" if self.recomputes else "")
 
 
 @dataclasses.dataclass(frozen=True)
