@@ -372,7 +372,8 @@ class Pointwise(_Computed):
     recomputes: tuple[str, ...] = ()
 
 
-REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any")
+# "m2": the sum of squared deviations from the mean of the values reduced (Welford, one pass)
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "m2")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -357,6 +357,47 @@ def test_split_row_of_100000(name: str) -> None:
     assert any("split, phase 1" in s for s in sources()) and any("split, phase 2" in s for s in sources())
 
 
+def _float64_var_mean(x: torch.Tensor, dims: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    v, m = torch.var_mean(x.double(), dims)
+    return v, m
+
+
+@pytest.mark.parametrize("shape, dims", [((3000, 5), 0), ((2, 65536), 1)], ids=["columns", "rows"])
+def test_split_variance_reads_its_input_once(shape: tuple[int, ...], dims: int) -> None:
+    # few outputs, long rows: the sums and the squared deviations of each chunk come from one
+    # read (Welford), and the chunks combine exactly; a mean of 1e4 and a spread of 3 would cost
+    # a naive sum-of-squares formula every digit of fp32
+    x = torch.randn(shape) * 3 + 1e4
+    v, m = compile_fn(lambda x: torch.var_mean(x, dims))(x)
+    v64, m64 = _float64_var_mean(x, dims)
+    torch.testing.assert_close(v.double(), v64, rtol=2e-4, atol=0)
+    torch.testing.assert_close(m.double(), m64, rtol=1e-6, atol=0)
+    art = fusebackend.last_compiled()
+    assert kernel_count() == 2 and "m2 over" in art.ir
+    # kernel 0 holds both phase-1 reductions and reads x once: 58.59 KiB, 512 KiB
+    assert f"kernel 0: buf0, buf1  | read {x.numel() * 4 / 1024:.2f} KiB" in art.schedule
+
+
+def test_split_variance_in_a_looped_kernel_with_ragged_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # chunks of 375 positions in blocks of 64 (the last block of each chunk partial) and 5
+    # columns in blocks of 4: the masked Welford update and the masked lanes of the combine
+    from fusebackend.kernels import runtime
+
+    original = runtime.reduction_config
+
+    def small(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        return {"XBLOCK": 4, "RBLOCK": 64} if rnumel == 375 else original(xnumel, rnumel, row_contiguous, passes)
+
+    monkeypatch.setattr(runtime, "reduction_config", small)
+    x = torch.randn(3000, 5) * 2 + 50
+    v, m = compile_fn(lambda x: torch.var_mean(x, 0))(x)
+    v64, m64 = _float64_var_mean(x, 0)
+    torch.testing.assert_close(v.double(), v64, rtol=1e-5, atol=0)
+    torch.testing.assert_close(m.double(), m64, rtol=1e-6, atol=0)
+    phase1 = next(s for s in sources() if "(split, phase 1)" in s)
+    assert looped(phase1) and "th.welford_update_masked" in phase1 and "th.combine_welford" in phase1
+
+
 def test_split_column_reduction_uneven_chunks() -> None:
     # reducing the first dim of (70000, 2): two outputs, long strided rows, each split into 9
     # chunks of 7778 (the last one partial)

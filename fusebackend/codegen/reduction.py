@@ -51,7 +51,7 @@ class Layout:
 _COMBINE = {
     "sum": "th.combine_sum", "prod": "th.combine_prod", "max": "th.combine_max",
     "min": "th.combine_min", "any": "th.combine_any",
-    "argmax": "th.combine_argmax", "argmin": "th.combine_argmin",
+    "argmax": "th.combine_argmax", "argmin": "th.combine_argmin", "m2": "th.combine_welford",
 }
 
 
@@ -234,6 +234,17 @@ def _reduce_persistent(body: KernelBody, red: ir.Reduction, lay: Layout) -> None
     mapping = body.space.mapping[red.name]
     value = body.value(red.body, mapping)
     dtype = red.body.dtype
+    if red.reduction_type == "m2":
+        # each lane holds one value (mean = the value, m2 = 0, weight 1; weight 0 outside the masks)
+        full = body.broadcast(value, dtype, lay.full, FULL)
+        zeros = body._emit(f"tl.full({lay.full}, 0, {TRITON_DTYPE[dtype]})", FULL)
+        none = body._emit(f"tl.full({lay.full}, 0, tl.float32)", FULL)
+        mask = body.mask(FULL)
+        mean = full if mask is None else body._emit(f"tl.where({mask}, {full}, {zeros})", FULL)
+        weight = body._emit(f"tl.full({lay.full}, 1.0, tl.float32)" if mask is None
+                            else f"tl.where({mask}, 1.0, {none})", FULL)
+        _finish_welford(body, red, (mean, zeros, weight), lay)
+        return
     masked = _masked(body, red, value, dtype, lay)
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
@@ -248,6 +259,11 @@ def _reduce_persistent(body: KernelBody, red: ir.Reduction, lay: Layout) -> None
 
 def _init_accumulator(body: KernelBody, red: ir.Reduction, lay: Layout) -> tuple[str, ...]:
     dtype = red.body.dtype
+    if red.reduction_type == "m2":  # mean, m2, weight (the count of values seen) per lane
+        accs = tuple(body.new_temp(FULL) for _ in range(3))
+        for acc, tl_dtype in zip(accs, (TRITON_DTYPE[dtype], TRITON_DTYPE[dtype], "tl.float32")):
+            body.emit_raw(f"{acc} = tl.full({lay.full}, 0, {tl_dtype})")
+        return accs
     neutral = _neutral(red.reduction_type, dtype)
     tl_dtype = TRITON_DTYPE[dtype]
     acc = body.new_temp(FULL)
@@ -261,6 +277,13 @@ def _init_accumulator(body: KernelBody, red: ir.Reduction, lay: Layout) -> tuple
 
 def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layout) -> None:
     value = body.value(red.body, body.space.mapping[red.name])
+    if red.reduction_type == "m2":
+        full = body.broadcast(value, red.body.dtype, lay.full, FULL)
+        mask = body.mask(FULL)
+        update = "th.welford_update" + ("_masked" if mask else "")
+        args = ", ".join((*acc, full) + ((mask,) if mask else ()))
+        body.emit_raw(f"{', '.join(acc)} = {update}({args})")
+        return
     masked = _masked(body, red, value, red.body.dtype, lay)
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
@@ -270,6 +293,9 @@ def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: 
 
 
 def _finish(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layout) -> None:
+    if red.reduction_type == "m2":
+        _finish_welford(body, red, acc, lay)
+        return
     combine = _COMBINE[red.reduction_type]
     if red.reduction_type in ("argmax", "argmin"):
         v, i = body.new_temp(ROW), body.new_temp(ROW)
@@ -278,3 +304,10 @@ def _finish(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layo
         return
     out = body._emit(f"tl.reduce({acc[0]}, {lay.axis}, {combine}, keep_dims=True)", ROW)
     body.row_values[red.name] = ir.cast(ir.Rendered(out, red.body.dtype), red.buffer.dtype)
+
+
+def _finish_welford(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: Layout) -> None:
+    """Combine the lanes' (mean, m2, weight) across the block; the row's m2 is the result."""
+    mean, m2, weight = (body.new_temp(ROW) for _ in range(3))
+    body.emit_raw(f"{mean}, {m2}, {weight} = tl.reduce(({', '.join(acc)}), {lay.axis}, th.combine_welford, keep_dims=True)")
+    body.row_values[red.name] = ir.cast(ir.Rendered(m2, red.body.dtype), red.buffer.dtype)

@@ -108,6 +108,33 @@ def combine_argmin(v1, i1, v2, i2):
     return tl.where(first, v1, v2), tl.where(first, i1, i2)
 
 
+# Welford's one-pass mean and sum of squared deviations (the "m2" reduction): each lane keeps
+# (mean, m2, weight) of the values it has seen; lanes, and blocks, combine by Chan et al.'s
+# pairwise formula. Neither step subtracts two large sums, so a large mean costs no precision.
+@triton.jit
+def welford_update(mean, m2, weight, value):
+    weight = weight + 1.0
+    delta = value - mean
+    mean = mean + delta / weight
+    return mean, m2 + delta * (value - mean), weight
+
+
+@triton.jit
+def welford_update_masked(mean, m2, weight, value, valid):
+    new_weight = weight + valid.to(tl.float32)
+    delta = tl.where(valid, value - mean, 0.0)
+    new_mean = mean + delta / tl.maximum(new_weight, 1.0)
+    return new_mean, m2 + tl.where(valid, delta * (value - new_mean), 0.0), new_weight
+
+
+@triton.jit
+def combine_welford(mean1, m21, w1, mean2, m22, w2):
+    w = w1 + w2
+    delta = mean2 - mean1
+    frac = tl.where(w == 0.0, 0.0, w2 / tl.where(w == 0.0, 1.0, w))
+    return mean1 + delta * frac, m21 + m22 + delta * delta * w1 * frac, w
+
+
 if use_interpreter():
 
     @triton.jit

@@ -113,7 +113,7 @@ def _accumulator_dtype(reduction_type: str, dtype: torch.dtype) -> torch.dtype:
 
 
 def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
-    if reduction_type == "sum":
+    if reduction_type in ("sum", "m2"):
         return 0
     if reduction_type == "prod":
         return 1
@@ -379,6 +379,30 @@ class GraphLowering:
         reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
         rows, the reduction is split in two phases (partial results, then their reduction).
         """
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, keepdim, body)
+        xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
+        if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
+            if reduction_type in ("max", "min", "argmax", "argmin"):
+                raise Unsupported(f"{reduction_type} over an empty dim")
+            acc = _accumulator_dtype(reduction_type, value.dtype)
+            neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
+            return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
+        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
+        if nsplit > 1:
+            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
+                                      (sizes, source_index))
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        if reduction_type not in ("argmax", "argmin"):
+            value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
+        node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
+        self.nodes.append(node)
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+
+    def _reduction_parts(
+        self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[sympy.Expr, ...], ir.Expr, bool]:
+        """(src sizes, output sizes, reduced sizes, src index in i/r variables, the body's value,
+        whether it is a column reduction) of a reduction of ``src`` over ``dims``."""
         sizes = tuple(src.sizes)
         dims = sorted({d % len(sizes) for d in dims}) if sizes else []
         kept = [d for d in range(len(sizes)) if d not in dims]
@@ -392,24 +416,24 @@ class GraphLowering:
         )
         src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
         value = body(LoweringContext(src_meta, self.device, index=source_index))
-        xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
-        if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
-            if reduction_type in ("max", "min", "argmax", "argmin"):
-                raise Unsupported(f"{reduction_type} over an empty dim")
-            acc = _accumulator_dtype(reduction_type, value.dtype)
-            neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
-            return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
         column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
-        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
-        if nsplit > 1:
-            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
-                                      (sizes, source_index))
-        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
-        if reduction_type not in ("argmax", "argmin"):
-            value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
-        node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
-        self.nodes.append(node)
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+        return sizes, out_sizes, rranges, source_index, value, column
+
+    def split_partials(
+        self, src: TensorArg, dims: Sequence[int], reduction_type: str, body: Callable[[LoweringContext], ir.Expr],
+    ) -> tuple[TensorArg, int, bool] | None:
+        """Phase 1 alone of the split ``reduce`` would make (keepdim off), where it would split
+        the rows into chunks of equal length: (the partial results, the chunk length, whether the
+        split index is the partials' first dim (a column reduction) rather than their last).
+        None where ``reduce`` would not split. For reductions whose phase 2 is not the same
+        reduction of the partials (the variance's, which combines sums and m2s)."""
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, False, body)
+        rnumel = math.prod(rranges)
+        nsplit = split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
+        if nsplit <= 1 or rnumel % nsplit:
+            return None
+        part, chunk = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, (sizes, source_index))
+        return part, chunk, column
 
     def _split_reduce(
         self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
@@ -426,6 +450,24 @@ class GraphLowering:
         (where the chunks divide the rows: a padded split has more positions than the tensor
         has elements, and the scheduler keeps the producer apart).
         """
+        part_arg, _ = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, source)
+        n_out = len(out_sizes)
+        pos = indexing.loop_vars("r", 1)[0]
+        old_i = indexing.loop_vars("i", n_out)
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        if column:
+            body = ir.Load(part_arg.view, (pos,) + tuple(old_i))
+        else:
+            body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
+        self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+
+    def _split_phase1(
+        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
+        nsplit: int, column: bool, source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
+    ) -> tuple[TensorArg, int]:
+        """The partial results of ``nsplit`` chunks of every row (see ``_split_reduce``), and the
+        chunk length."""
         acc = _accumulator_dtype(reduction_type, value.dtype)
         rnumel = math.prod(rranges)
         chunk = -(-rnumel // nsplit)
@@ -448,20 +490,15 @@ class GraphLowering:
         }
         moved = ir.substitute_index(ir.cast(value, acc), renamed)
         source_sizes, source_index = source[0], tuple(sympy.sympify(e).xreplace(renamed) for e in source[1])
-        if nsplit * chunk != rnumel:
+        if nsplit * chunk != rnumel:  # padded: the neutral element stands in past the end
+            assert reduction_type != "m2", "an m2 has no neutral value: only exact chunks"
             inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
             moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
         part = self._new_buffer(part_sizes, acc, None)
         self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
                                        self.origin + " (split, phase 1)"))
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
-        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
-        if column:
-            body = ir.Load(part_arg.view, (pos,) + tuple(old_i))
-        else:
-            body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
-        self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+        return part_arg, chunk
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
         metrics.fallbacks[target.overloadpacket.__name__] += 1

@@ -4,7 +4,9 @@ Each is a composite lowering (``registry.register_composite``): it receives the 
 adds nodes with ``b.reduce`` and ``b.pointwise``. Half-precision inputs accumulate in fp32.
 ``mean`` is a sum and a per-row scale; ``var`` is two-pass (the mean, then the sum of squared
 deviations from it), which is numerically stable and, when the row fits in one block, reads the
-input once; ``std`` is its square root. Everything the scheduler can fuse into one kernel.
+input once; where the reduction is split in chunks (few long rows, or few columns), each chunk's
+sum and, by Welford's one-pass method, its squared deviations are computed in one read and
+combined exactly (``_split_variance``); ``std`` is the square root. Everything the scheduler can fuse into one kernel.
 """
 
 from __future__ import annotations
@@ -167,6 +169,19 @@ def _variance(
         raise Unsupported("variance of an integer tensor")
     acc = ir.compute_dtype(out_dtype)
     count = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    split = _split_variance(b, x, dims, count, acc)
+    if split is not None:
+        m2, total = split
+        sizes = _reduced_sizes(x.sizes, dims, keepdim)
+        denom = max(count - correction, 0)
+        scale = 1.0 / denom if denom else math.inf
+        m2, total = _reshaped(m2, sizes), _reshaped(total, sizes)
+        var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), Constant(scale, acc)), strides)
+        mean_out = None
+        if want_mean:
+            mean_out = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(total, acc), Constant(1.0 / count, acc)),
+                                   mean_strides)
+        return var, mean_out
     # the mean kept with keepdim so that it broadcasts back over the reduced dims
     mean_kept = _mean(b, x, dims, True, acc, None)
 
@@ -183,6 +198,42 @@ def _variance(
     if want_mean:
         mean_out = b.pointwise(sizes, out_dtype, lambda ctx: ctx.value(_reshaped(mean_kept, sizes), acc), mean_strides)
     return var, mean_out
+
+
+def _split_variance(
+    b: GraphLowering, x: TensorArg, dims: list[int], count: int, acc: torch.dtype,
+) -> tuple[TensorArg, TensorArg] | None:
+    """(m2, sum) of ``x`` over ``dims`` (keepdim off) in one pass over ``x``, where the reduction
+    is split into chunks of equal length; None where it is not.
+
+    Phase 1 reads each chunk once for its sum s_c and, by Welford's method, its m2_c (squared
+    deviations from the chunk's own mean). Phase 2 combines the n chunks of length k exactly:
+    with the mean mu = sum_c s_c / count, m2 = sum_c (m2_c + k * (s_c / k - mu)^2). The two-pass
+    form below would read ``x`` twice from memory, once for the mean and once for the deviations.
+    """
+    value = lambda ctx: ctx.value(x, acc)  # noqa: E731
+    sums = b.split_partials(x, dims, "sum", value)
+    if sums is None:
+        return None
+    s_part, chunk, column = sums
+    m2s = b.split_partials(x, dims, "m2", value)
+    assert m2s is not None
+    m2_part = m2s[0]
+    axis = 0 if column else len(s_part.sizes) - 1
+
+    def combined(ctx: LoweringContext) -> ir.Expr:
+        mean = op("mul", ctx.value(total_kept, acc), Constant(1.0 / count, acc))
+        d = op("sub", op("mul", ctx.value(s_part, acc), Constant(1.0 / chunk, acc)), mean)
+        return op("add", ctx.value(m2_part, acc), op("mul", Constant(float(chunk), acc), op("mul", d, d)))
+
+    origin = b.origin
+    b.origin = origin + " (split, phase 2)"
+    try:
+        total_kept = b.reduce(s_part, [axis], True, "sum", acc, lambda ctx: ctx.value(s_part, acc))
+        m2 = b.reduce(s_part, [axis], False, "sum", acc, combined)
+    finally:
+        b.origin = origin
+    return m2, _reshaped(total_kept, tuple(m2.sizes))
 
 
 def _reshaped(arg: TensorArg, sizes: tuple[int, ...]) -> TensorArg:
