@@ -1,0 +1,106 @@
+"""The kernels a GPU would run compile for one, on a machine without one.
+
+The suite runs every kernel in Triton's interpreter, which accepts some code that Triton's
+compiler rejects (and the other way round). Here the kernels of a set of graphs are generated with
+the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, for an sm_90 target
+(an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
+and the ``gdc_wait`` of programmatic dependent launch. A child process does it, so that Triton
+and our helpers are set up for compiled kernels from the start. Skipped where this Triton has no
+NVIDIA backend or no ``ptxas``, and on a machine with a GPU (whose suite runs the kernels).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CHILD = r'''
+import os
+os.environ["FUSE_INTERPRET"] = "0"  # GPU launch configs, kernels decorated for the compiler
+import torch
+import triton
+from torch.fx.experimental.proxy_tensor import make_fx
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from fusebackend import codegen, ir, lowering, scheduler
+from fusebackend.decompositions import decomposition_table
+from fusebackend.kernels import runtime
+
+POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
+           torch.int32: "*i32", torch.bool: "*i1", torch.uint8: "*u8"}
+
+
+def bn_backward(x, w, b, g):
+    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+    y = torch.relu(torch.nn.functional.batch_norm(x, None, None, w, b, training=True))
+    return torch.autograd.grad(y, (x, w, b), g)
+
+
+torch.manual_seed(0)
+cl = torch.channels_last
+x4 = torch.randn(4, 16, 32, 32, dtype=torch.bfloat16).contiguous(memory_format=cl)
+GRAPHS = {
+    "softmax": (lambda x: torch.softmax(x.float(), -1).bfloat16(), [torch.randn(64, 1024, dtype=torch.bfloat16)]),
+    "split variance over columns, ragged": (lambda x: torch.var_mean(x, 0), [torch.randn(3000, 5)]),
+    "split variance over rows": (lambda x: torch.var_mean(x, 1), [torch.randn(2, 65536)]),
+    "looped argmax": (lambda x: x.argmax(-1), [torch.randn(2, 20000)]),
+    "tiled transpose": (lambda x: x.t().contiguous() * 2, [torch.randn(256, 128)]),
+    "cat": (lambda a, b: torch.cat([a, b], 1) + 1, [torch.randn(8, 5), torch.randn(8, 7)]),
+    "batch-norm backward, recomputed chains": (
+        bn_backward, [x4, torch.randn(16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16),
+                      torch.randn(4, 16, 32, 32, dtype=torch.bfloat16).contiguous(memory_format=cl)]),
+}
+target = GPUTarget("cuda", 90, 32)
+count = 0
+for name, (fn, args) in GRAPHS.items():
+    gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
+    graph, _ = lowering.lower(gm, args, "g")
+    buffers = {b.name: b for b in graph.input_buffers()}
+    buffers.update({b.name: b for n in graph.nodes for b in ir.written_buffers(n)})
+    for kernel in codegen.generate_all(scheduler.schedule(graph), pdl=True):
+        jit = runtime.load_kernel(kernel.name, kernel.source)
+        pointers = iter(POINTER[buffers[a].dtype] for a in kernel.args)
+        signature, constants = {}, {}
+        for arg in jit.arg_names:
+            if arg in kernel.launch:
+                signature[arg], constants[arg] = "constexpr", kernel.launch[arg]
+            else:
+                signature[arg] = "i32" if arg.endswith("numel") else next(pointers)
+        options = {k: v for k, v in kernel.launch.items() if k in runtime.COMPILE_OPTIONS}
+        try:
+            triton.compile(ASTSource(jit, signature, constants), target=target, options=options)
+        except Exception as exc:
+            raise SystemExit(f"{name}: {kernel.name} does not compile: {exc}\n{kernel.source}")
+        count += 1
+print("compiled", count)
+'''
+
+
+def _can_compile_for_sm90() -> bool:
+    import torch
+
+    if torch.cuda.is_available():  # the GPU suite runs the kernels themselves
+        return False
+    try:
+        from triton import knobs
+        from triton.backends.nvidia import compiler  # noqa: F401
+        return os.path.exists(knobs.nvidia.ptxas.path)
+    except Exception:  # no NVIDIA backend, no ptxas, another Triton layout
+        return False
+
+
+@pytest.mark.skipif(not _can_compile_for_sm90(), reason="this Triton cannot compile for an NVIDIA GPU here")
+def test_generated_kernels_compile_for_sm90() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    compiled = int(proc.stdout.split("compiled", 1)[1].split()[0])
+    assert compiled >= 12, proc.stdout
