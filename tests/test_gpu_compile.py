@@ -72,8 +72,10 @@ for name, (fn, args) in GRAPHS.items():
             else:
                 signature[arg] = "i32" if arg.endswith("numel") else next(pointers)
         options = {k: v for k, v in kernel.launch.items() if k in runtime.COMPILE_OPTIONS}
+        # pointers 16-byte aligned, as Triton specializes them at a launch (vector loads)
+        aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if signature[a][0] == "*"}
         try:
-            triton.compile(ASTSource(jit, signature, constants), target=target, options=options)
+            triton.compile(ASTSource(jit, signature, constants, attrs=aligned), target=target, options=options)
         except Exception as exc:
             raise SystemExit(f"{name}: {kernel.name} does not compile: {exc}\n{kernel.source}")
         count += 1
