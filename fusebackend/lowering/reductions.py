@@ -4,9 +4,10 @@ Each is a composite lowering (``registry.register_composite``): it receives the 
 adds nodes with ``b.reduce`` and ``b.pointwise``. Half-precision inputs accumulate in fp32.
 ``mean`` is a sum and a per-row scale; ``var`` is two-pass (the mean, then the sum of squared
 deviations from it), which is numerically stable and, when the row fits in one block, reads the
-input once; where the reduction is split in chunks (few long rows, or few columns), each chunk's
-sum and, by Welford's one-pass method, its squared deviations are computed in one read and
-combined exactly (``_split_variance``); ``std`` is the square root. Everything the scheduler can fuse into one kernel.
+input once. Where the reduction is split in chunks (few long rows, or few columns), each chunk's
+sum and, by Welford's one-pass method, its squared deviations come from one read and are
+combined exactly (``_split_variance``). ``std`` is the variance's square root. Everything the
+scheduler can fuse into one kernel.
 """
 
 from __future__ import annotations
