@@ -8,7 +8,8 @@ bytes in contiguous chunks (the best any reduction of them can do), are each tim
 - ``zeroed``: ``triton.testing.do_bench`` (its L2 flush writes 256 MiB of zeros, so the timed call
   starts with dirty lines in the cache and pays to write them back);
 - ``zeroed-events``: the same flush, then CUDA events around one call (checks the first);
-- ``clean``: the same flush, then a read of another 256 MiB, so the cache holds clean lines;
+- ``clean``: the same flush, then a read of another 256 MiB, so the cache holds clean lines
+  (the benchmarks' ``--l2 clean``);
 - ``none``: calls back to back, no flush (the input is larger than the L2).
 
 Each variant's output is compared with an fp32 sum of fresh random inputs before it is timed.
@@ -41,6 +42,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import fusebackend  # noqa: E402
+from benchmarks import timing  # noqa: E402
 
 
 @triton.jit
@@ -163,22 +165,21 @@ MODES = ("zeroed", "zeroed-events", "clean", "none")
 
 
 def time_ms(fn: Callable[[], Any], mode: str, reps: int = 300) -> float:
-    if mode == "zeroed":
-        return float(triton.testing.do_bench(fn, return_mode="median"))
+    """``zeroed`` and ``clean`` are the benchmarks' own methods (``benchmarks/timing.py``)."""
+    device = torch.device("cuda")
+    if mode in ("zeroed", "clean"):
+        return timing.median_ms(fn, device, timing.TimingConfig(l2=mode))
     zeroed = torch.empty(256 << 20, dtype=torch.int8)
-    clean = torch.ones(64 << 20, dtype=torch.int32)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for _ in range(10):
         fn()
     for start, end in events:
-        if mode in ("zeroed-events", "clean"):
+        if mode == "zeroed-events":
             zeroed.zero_()
-        if mode == "clean":
-            clean.sum()
         start.record()
         fn()
         end.record()
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(device)
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 

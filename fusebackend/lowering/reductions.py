@@ -170,34 +170,25 @@ def _variance(
         raise Unsupported("variance of an integer tensor")
     acc = ir.compute_dtype(out_dtype)
     count = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
+    sizes = _reduced_sizes(x.sizes, dims, keepdim)
     split = _split_variance(b, x, dims, count, acc)
     if split is not None:
-        m2, total = split
-        sizes = _reduced_sizes(x.sizes, dims, keepdim)
-        denom = max(count - correction, 0)
-        scale = 1.0 / denom if denom else math.inf
-        m2, total = _reshaped(m2, sizes), _reshaped(total, sizes)
-        var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), Constant(scale, acc)), strides)
-        mean_out = None
-        if want_mean:
-            mean_out = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(total, acc), Constant(1.0 / count, acc)),
-                                   mean_strides)
-        return var, mean_out
-    # the mean kept with keepdim so that it broadcasts back over the reduced dims
-    mean_kept = _mean(b, x, dims, True, acc, None)
+        m2, total = (_reshaped(t, sizes) for t in split)
+        mean = lambda ctx: op("mul", ctx.value(total, acc), Constant(1.0 / count, acc))  # noqa: E731
+    else:
+        # the mean kept with keepdim so that it broadcasts back over the reduced dims
+        mean_kept = _mean(b, x, dims, True, acc, None)
 
-    def deviation_squared(ctx: LoweringContext) -> ir.Expr:
-        d = op("sub", ctx.value(x, acc), ctx.value(mean_kept, acc))
-        return op("mul", d, d)
+        def deviation_squared(ctx: LoweringContext) -> ir.Expr:
+            d = op("sub", ctx.value(x, acc), ctx.value(mean_kept, acc))
+            return op("mul", d, d)
 
-    m2 = b.reduce(x, dims, keepdim, "sum", acc, deviation_squared)
+        m2 = b.reduce(x, dims, keepdim, "sum", acc, deviation_squared)
+        mean = lambda ctx: ctx.value(_reshaped(mean_kept, sizes), acc)  # noqa: E731
     denom = max(count - correction, 0)
     scale = 1.0 / denom if denom else math.inf
-    sizes = _reduced_sizes(x.sizes, dims, keepdim)
     var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), Constant(scale, acc)), strides)
-    mean_out = None
-    if want_mean:
-        mean_out = b.pointwise(sizes, out_dtype, lambda ctx: ctx.value(_reshaped(mean_kept, sizes), acc), mean_strides)
+    mean_out = b.pointwise(sizes, out_dtype, mean, mean_strides) if want_mean else None
     return var, mean_out
 
 
