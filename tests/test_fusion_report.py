@@ -13,7 +13,10 @@ plus every output written once.
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 from typing import Any, Callable
 
 import pytest
@@ -326,3 +329,33 @@ def test_explain_of_a_reduction_chain() -> None:
     assert kernel_count() == ex.kernel_count == 1
     assert report_kernels(str(ex)) == [(0, float(X_BYTES), float(ROW_BYTES))]
     assert f"saves {2 * X_BYTES} B" in str(ex)
+
+
+# ------------------------------------------------------------------------------ determinism
+
+SCHEDULE_CHILD = """
+import torch, torch.nn as nn, fusebackend
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(24, 40), nn.GELU(), nn.Linear(40, 24))
+loss = torch.compile(lambda x: m(x).square().mean(), backend="fuse")(torch.randn(16, 24))
+loss.backward()
+for graph in fusebackend.history():
+    print(graph.schedule)
+    print(*graph.kernels.values(), sep="\\n")
+"""
+
+
+def test_schedule_is_the_same_in_every_process(tmp_path: Any) -> None:
+    # Sets of strings iterate in an order that changes with the hash seed of each process: no
+    # fusion decision, kernel or line of the report may depend on it.
+    outputs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, FUSE_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
+                   FUSE_CACHE_DIR=str(tmp_path / seed))
+        env.pop("FUSE_DUMP_DIR", None)
+        proc = subprocess.run([sys.executable, "-c", SCHEDULE_CHILD], env=env, capture_output=True, text=True,
+                              timeout=300, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(proc.stdout)
+    assert "fusions refused" in outputs[0] and "@triton.jit" in outputs[0]
+    assert outputs[0] == outputs[1]

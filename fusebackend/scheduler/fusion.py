@@ -163,7 +163,9 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
 def _candidates(groups: Groups, model: TrafficModel) -> Iterable[tuple[str, str, str]]:
     seen: set[tuple[str, str]] = set()
     for g in list(groups.members):
-        for s in groups.group_succ(g):
+        # in graph order, not set order: ties in bytes saved go to the first candidate, so the
+        # order decides which fusion is taken, and the report's order (the same in every process)
+        for s in sorted(groups.group_succ(g), key=groups.order.get):
             if (g, s) not in seen:
                 seen.add((g, s))
                 yield g, s, "vertical"
