@@ -345,8 +345,9 @@ def test_launcher_calls_the_c_launcher_directly(monkeypatch: pytest.MonkeyPatch)
     a, b = torch.empty(64), torch.empty(64)
     launch(a, b, 100, 7)
     launch(b, a, 100, 7)
+    # tensors go to the C launcher as their addresses
     assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, False, None, None, "packed", None, None, None,
-                               b, a, 100, 7, 64, 8)]
+                               b.data_ptr(), a.data_ptr(), 100, 7, 64, 8)]
     assert not jit.compiled.launches and len(jit.bound) == 1
 
 
@@ -448,7 +449,7 @@ def test_pdl_is_a_compile_option_not_a_kernel_parameter(monkeypatch: pytest.Monk
     launch(a, 100)
     assert jit.bound == [((12, 1, 1), (a, 100), {"XBLOCK": 64, "num_warps": 4, "launch_pdl": True})]
     assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, True, None, None, "packed", None, None, None,
-                               a, 100, 64)]
+                               a.data_ptr(), 100, 64)]
 
 
 def test_pdl_only_for_compiled_kernels_on_capable_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -146,31 +146,41 @@ class Launcher:
         self.launch = launch
         self.constexprs = tuple(v for k, v in launch.items() if k not in COMPILE_OPTIONS)
         self.direct: Any = None
-        self.alignment: tuple[bool, ...] = ()
+        self.pointers: list[int] = []  # positions of the tensor arguments
+        self.alignment: list[bool] = []  # whether each was 16-byte aligned when Triton specialized
 
     def __call__(self, *args: Any) -> None:
-        if self.direct is not None and _alignment(args) == self.alignment:
-            self.direct(*args, *self.constexprs)
-            return
+        if self.direct is not None:
+            # Each tensor's address, read once: the alignment check uses it, and the C launcher
+            # takes it as is (given a tensor, it would call data_ptr() again and ask the driver
+            # whether the address is a device pointer, for every pointer of every launch).
+            addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+            if [addresses[i] % 16 == 0 for i in self.pointers] == self.alignment:
+                self.direct(args, addresses)
+                return
         compiled = self.kernel[self.grid](*args, **self.launch)
         if not use_interpreter() and hasattr(compiled, "__getitem__"):
-            self.direct, self.alignment = direct_launch(compiled, self.grid), _alignment(args)
+            self.pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+            self.alignment = [args[i].data_ptr() % 16 == 0 for i in self.pointers]
+            self.direct = direct_launch(compiled, self.grid, self.constexprs)
 
 
 def _current_stream() -> int:
     return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
 
 
-def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> Any:
-    """A function ``(*args) -> None`` that launches ``compiled`` (every parameter, in order).
+def direct_launch(compiled: Any, grid: tuple[int, int, int], constexprs: tuple[int, ...]) -> Any:
+    """A function ``(args, addresses) -> None`` that launches ``compiled``.
 
+    ``args`` are the kernel's runtime arguments, ``addresses`` the same with each tensor replaced
+    by its address; ``constexprs`` follow them (the compiled kernel takes every parameter).
     Triton's ``compiled[grid]`` looks up the device, the stream, the launch hooks and the
     kernel's scratch sizes on every call, in Python, before its C launcher. Where the launcher
     is the one this was written against (Triton 3.6's ``CudaLauncher``, whose ``__call__`` takes
     ``(gridX, gridY, gridZ, stream, function, *args)`` and needs no scratch memory for our
-    kernels), its C ``launch`` is called directly: 4.4 us against 6.3 us a launch on an H200
-    host (2026-11-23). Anything else, and whenever a profiler set launch hooks, takes Triton's
-    path.
+    kernels), its C ``launch`` is called directly, with the addresses: 4.4 us against 6.3 us a
+    launch on an H200 host (2026-11-23, given tensors). Anything else, and whenever a profiler set
+    launch hooks, takes Triton's path with the tensors.
     """
     runner = compiled[grid]  # also loads the kernel and its launcher
     launcher = getattr(compiled, "run", None)
@@ -182,7 +192,7 @@ def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> Any:
     known = params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
     if (launch is None or not known or getattr(launcher, "global_scratch_size", 1)
             or getattr(launcher, "profile_scratch_size", 1)):
-        return runner
+        return lambda args, addresses: runner(*args, *constexprs)
     import triton
 
     hooks = triton.knobs.runtime
@@ -190,11 +200,11 @@ def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> Any:
     head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
             compiled.packed_metadata, None, None, None)
 
-    def direct(*args: Any) -> None:
+    def direct(args: tuple[Any, ...], addresses: list[Any]) -> None:
         if _hooked(hooks.launch_enter_hook) or _hooked(hooks.launch_exit_hook):
-            runner(*args)
+            runner(*args, *constexprs)
             return
-        launch(g0, g1, g2, _current_stream(), *head, *args)
+        launch(g0, g1, g2, _current_stream(), *head, *addresses, *constexprs)
 
     return direct
 
@@ -202,10 +212,6 @@ def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> Any:
 def _hooked(hook: Any) -> bool:
     """Whether a launch hook is set: a callable, or (newer Tritons) a chain holding some."""
     return hook is not None and bool(getattr(hook, "calls", True))
-
-
-def _alignment(args: tuple[Any, ...]) -> tuple[bool, ...]:
-    return tuple(a.data_ptr() % 16 == 0 for a in args if isinstance(a, torch.Tensor))
 
 
 def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
