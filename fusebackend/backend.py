@@ -27,16 +27,17 @@ _graph_ids = itertools.count()
 
 
 def input_key(args: Sequence[Any]) -> tuple:
-    """What a compiled specialization depends on, for each graph input."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            key.append((tuple(a.shape), a.stride(), a.dtype, a.device, a.storage_offset() == 0))
-        elif isinstance(a, (int, float, bool)) or a is None:
-            key.append((type(a), a))
-        else:
-            key.append(type(a))
-    return tuple(key)
+    """What a compiled specialization depends on, for each graph input.
+
+    Computed on every call, so in one pass with no conversions (``torch.Size`` hashes and
+    compares as the tuple it is).
+    """
+    return tuple([
+        (a.shape, a.stride(), a.dtype, a.device, a.storage_offset() == 0) if isinstance(a, torch.Tensor)
+        else (type(a), a) if a is None or isinstance(a, (int, float, bool))
+        else type(a)
+        for a in args
+    ])
 
 
 class _Entry:
