@@ -93,6 +93,64 @@ def test_looped_kernel_keeps_rows_for_its_next_pass() -> None:
     assert "eviction_policy" not in w_loads[0]  # the weight is read by every row
 
 
+def _loop_bodies(source: str) -> list[str]:
+    """The text of each ``for roffset`` loop of a kernel, in order."""
+    parts = source.split("for roffset in range(")[1:]
+    return [p.split("\n    tmp")[0] if "\n    tmp" in p else p for p in parts]
+
+
+def test_prologue_output_is_written_by_the_first_pass() -> None:
+    # x + r is stored and summed: it needs no reduction, so the pass that sums the rows writes it
+    # too, instead of a second pass that reads x and r again. Rows of 20000 loop in the
+    # interpreter's config, in blocks that do not tile them (masked).
+    def fn(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + r
+        return h, h.sum(-1)
+
+    check(fn, torch.randn(3, 20000), torch.randn(3, 20000), atol=1e-3, rtol=1e-4)
+    (source,) = kernels().values()
+    (loop,) = _loop_bodies(source)
+    assert loop.count("tl.store(") == 1 and "rmask" in loop
+    loads = _loads(source)
+    assert len(loads) == 2 and all("evict_first" in l for l in loads)  # each row read once
+
+
+def test_prologue_and_epilogue_outputs_take_one_pass_each() -> None:
+    # h is written by the pass that reduces it; the normalized output needs the reduction, so a
+    # second pass writes it
+    def fn(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = x + r
+        return h, h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    check(fn, torch.randn(2, 20000), torch.randn(2, 20000))
+    (source,) = kernels().values()
+    first, second = _loop_bodies(source)
+    assert first.count("tl.store(") == 1 and second.count("tl.store(") == 1
+    assert all("evict_last" in l for l in _loads(first)) and all("evict_first" in l for l in _loads(second))
+
+
+def test_column_sum_with_a_full_size_output_reads_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the bias gradient of a linear layer after GELU's backward: the full-size gradient is written
+    # by the loop that sums its columns (the split's first phase, 64 chunks of 256 rows, here
+    # looped 64 rows at a time)
+    original = runtime.reduction_config
+
+    def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": 64}
+
+    monkeypatch.setattr(runtime, "reduction_config", small_blocks)
+
+    def fn(g: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d = g * torch.sigmoid(a)
+        return d, d.sum(0)
+
+    check(fn, torch.randn(16384, 6), torch.randn(16384, 6), atol=1e-3, rtol=1e-4)
+    full = [src for src in kernels().values() if "sigmoid" in src or "tl.exp" in src]
+    assert len(full) == 1
+    (loop,) = _loop_bodies(full[0])
+    assert loop.count("tl.store(") == 1 and len(_loads(full[0])) == 2
+
+
 @pytest.mark.parametrize("fn, passes", [
     (lambda x: x.sum(-1), 1),
     (lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), 2),  # reduction, outputs

@@ -71,6 +71,12 @@ def combine_sum(a, b):
     return a + b
 
 
+# The combine function of sums in tl.reduce. Triton's interpreter reduces with numpy only when
+# given Triton's own sum combine (it checks identity, and never calls it); with any other function
+# it calls that once per element, in Python. Compiled kernels get combine_sum: the same code.
+reduce_sum = tl.standard._sum_combine if use_interpreter() else combine_sum
+
+
 @triton.jit
 def combine_prod(a, b):
     return a * b
@@ -109,8 +115,9 @@ def combine_argmin(v1, i1, v2, i2):
 
 
 # Welford's one-pass mean and sum of squared deviations (the "m2" reduction): each lane keeps
-# (mean, m2, weight) of the values it has seen; lanes, and blocks, combine by Chan et al.'s
-# pairwise formula. Neither step subtracts two large sums, so a large mean costs no precision.
+# (mean, m2, weight) of the values it has seen; the lanes of a block combine with sums
+# (codegen/reduction.py, _finish_welford), the chunks of a split reduction in its phase 2
+# (lowering/reductions.py). No step subtracts two large sums, so a large mean costs no precision.
 @triton.jit
 def welford_update(mean, m2, weight, value):
     weight = weight + 1.0
@@ -125,14 +132,6 @@ def welford_update_masked(mean, m2, weight, value, valid):
     delta = tl.where(valid, value - mean, 0.0)
     new_mean = mean + delta / tl.maximum(new_weight, 1.0)
     return new_mean, m2 + tl.where(valid, delta * (value - new_mean), 0.0), new_weight
-
-
-@triton.jit
-def combine_welford(mean1, m21, w1, mean2, m22, w2):
-    w = w1 + w2
-    delta = mean2 - mean1
-    frac = tl.where(w == 0.0, 0.0, w2 / tl.where(w == 0.0, 1.0, w))
-    return mean1 + delta * frac, m21 + m22 + delta * delta * w1 * frac, w
 
 
 if use_interpreter():
