@@ -323,8 +323,8 @@ def _finish_welford(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], l
     With sums, by the parallel-axis theorem: weight = sum(w_i), mean = sum(w_i * mean_i) / weight,
     m2 = sum(m2_i + w_i * (mean_i - mean)^2). As exact as combining pairs by Chan's formula, and as
     stable (no difference of two large sums); and Triton's interpreter reduces sums with numpy,
-    where it calls any other combine function once per element, in Python (a block of 16K lanes
-    took about 20 s on the development machine).
+    where it calls any other combine function once per element, in Python (the variance of one
+    row of 100000 took 80 s that way on the development machine, 0.2 s with sums).
     """
     mean_i, m2_i, w_i = acc
     total = f"{lay.axis}, th.reduce_sum, keep_dims=True"
