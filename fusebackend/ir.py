@@ -385,7 +385,10 @@ class Reduction(_Computed):
     pointwise node of that shape can then share this reduction's kernel: its element at
     ``source_index`` is computed in the same (row, column) iteration. ``body`` has the
     accumulation dtype (fp32 for half inputs); argmax/argmin bodies give the values compared and
-    the buffer receives indices into the reduced dims (row-major).
+    the buffer receives indices into the reduced dims (row-major). ``source_valid``, a bool
+    expression in the same variables, is set where the (row, position) pairs outnumber the
+    source's elements (a split whose equal chunks overrun the rows): it holds at the pairs that
+    stand for an element, each exactly once; elsewhere ``source_index`` may repeat an element.
     """
 
     buffer: Buffer
@@ -396,6 +399,7 @@ class Reduction(_Computed):
     source_index: tuple[sympy.Expr, ...]
     origin: str
     recomputes: tuple[str, ...] = ()  # as for Pointwise
+    source_valid: Expr | None = None
 
     def __post_init__(self) -> None:
         if self.reduction_type not in REDUCTION_TYPES:

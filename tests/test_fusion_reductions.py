@@ -20,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import fusebackend
 from fusebackend import decompositions, pipeline
+from fusebackend.kernels import runtime
 from helpers import check, compile_fn, kernel_count, kernels
 
 f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
@@ -341,14 +342,42 @@ def test_stored_prologue_fuses_into_a_split_column_sum(rows: int) -> None:
 
     x, g = torch.randn(rows, 8, dtype=torch.bfloat16), torch.randn(rows, 8, dtype=torch.bfloat16)
     check(fn, x, g)
-    if rows % 16:
-        # a padded last chunk: more (row, position) pairs than t has elements; t stays apart
-        assert kernel_count() == 3
-        assert "neither one per row" in fusebackend.last_compiled().schedule
-        return
     assert kernel_count() == 2  # phase 1 with t's store, phase 2
     first = kernels()[min(kernels())]
     assert "split, phase 1" in first and first.count("tl.store(") == 2
+    (store,) = [line for line in first.splitlines() if "tl.store(" in line and "xindex //" in line]
+    if rows % 16:
+        # equal chunks overrun the rows (16 x 257 pairs for 4100 rows): the pairs past the end
+        # point back at rows already stored, and store nothing
+        guard = next(line.split(" = ")[0].strip() for line in first.splitlines() if f"< {rows}" in line)
+        assert f"{guard} & " in store
+    else:
+        assert "<" not in store
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda x: (torch.sigmoid(x), torch.sigmoid(x).sum(0)), (20000, 5)),  # 78 chunks of 257 rows
+    (lambda x: (x * 2, (x * 2).sum((0, 2))), (11, 3, 7001)),  # chunks of 7702 across two reduced dims
+    (lambda x: (torch.exp(x), torch.exp(x).sum(-1)), (2, 70_001)),  # a split row sum, 9 chunks of 7778
+], ids=["column", "two-reduced-dims", "row"])
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_stored_prologue_of_a_split_in_unequal_chunks(monkeypatch: pytest.MonkeyPatch, fn: Callable[..., Any],
+                                                      shape: tuple[int, ...], looped: bool) -> None:
+    # every element of the stored prologue is written once, the tail of the last chunk included;
+    # looped: the store is made by the loop's one pass (blocks of 64 positions)
+    if looped:
+        original = runtime.reduction_config
+
+        def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+            return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": 64}
+
+        monkeypatch.setattr(runtime, "reduction_config", small_blocks)
+    x = torch.randn(shape)
+    check(fn, x, atol=1e-4, rtol=1e-5)
+    assert kernel_count() == 2, fusebackend.last_compiled().schedule
+    first = kernels()[min(kernels())]
+    assert "split, phase 1" in first and first.count("tl.store(") == 2
+    assert ("for roffset in range" in first) == looped
 
 
 def test_stored_prologue_fuses_into_a_split_row_sum() -> None:

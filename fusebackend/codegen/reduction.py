@@ -123,6 +123,9 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
         shape = lay.row if dims == ROW else lay.full
         value = body.broadcast(value, buf.dtype, shape, dims)
         mask = body.mask(dims)
+        if node.name in space.guards:  # a split's chunks overrun the rows: store the valid pairs only
+            guard = body.value(space.guards[node.name], {})
+            mask = guard if mask is None else f"{guard} & {mask}"
         body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}"
                       + (f", {mask})" if mask else ")"))
 

@@ -447,8 +447,7 @@ class GraphLowering:
         inner dim, so that each row's partials are contiguous for phase 2. ``source``: the
         reduced tensor's sizes and index; phase 1 keeps them (in its own variables), so that a
         producer of that tensor fuses into it as its prologue even when it must be stored too
-        (where the chunks divide the rows: a padded split has more positions than the tensor
-        has elements, and the scheduler keeps the producer apart).
+        (where the chunks overrun the rows, the positions past the end store nothing).
         """
         part_arg, _ = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, source)
         n_out = len(out_sizes)
@@ -490,13 +489,14 @@ class GraphLowering:
         }
         moved = ir.substitute_index(ir.cast(value, acc), renamed)
         source_sizes, source_index = source[0], tuple(sympy.sympify(e).xreplace(renamed) for e in source[1])
+        inside = None
         if nsplit * chunk != rnumel:  # padded: the neutral element stands in past the end
             assert reduction_type != "m2", "an m2 has no neutral value: only exact chunks"
             inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
             moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
         part = self._new_buffer(part_sizes, acc, None)
         self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
-                                       self.origin + " (split, phase 1)"))
+                                       self.origin + " (split, phase 1)", source_valid=inside))
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         return part_arg, chunk
 

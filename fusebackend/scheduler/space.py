@@ -9,7 +9,10 @@ group, the anchor, defines both: rows are its output elements in its buffer's me
 - a *row* node (a pointwise node with one element per row) by unravelling ``xindex`` over its
   buffer;
 - a *full* node (one element per (row, position)) through a reduction of the group whose source
-  has the node's shape: element ``source_index`` of that reduction is the node's element.
+  has the node's shape: element ``source_index`` of that reduction is the node's element. Where
+  that reduction is a split whose chunks overrun the rows, it has more (row, position) pairs
+  than the node has elements; the node is stored only where the reduction's ``source_valid``
+  holds (``KernelSpace.guards``).
 
 Only stored nodes need a mapping: the others are evaluated wherever they are loaded (inlined).
 A row value (a reduction or row node) exists only for the current row, so every load of one
@@ -38,6 +41,8 @@ class KernelSpace:
     anchor: ir.Reduction | None
     # node name -> its loop variables in terms of xindex / rindex (stored nodes and row values)
     mapping: dict[str, dict[sympy.Symbol, sympy.Expr]]
+    # node name -> where (a bool expression in xindex / rindex) its full-size store is made
+    guards: dict[str, ir.Expr] = dataclasses.field(default_factory=dict)
 
     @property
     def ranges(self) -> dict[sympy.Symbol, int]:
@@ -87,6 +92,7 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     xnumel, rnumel = anchor.buffer.numel, anchor.reduction_numel
     ranges = {X: max(xnumel, 1), R: max(rnumel, 1)}
     mapping: dict[str, dict[sympy.Symbol, sympy.Expr]] = {}
+    guards: dict[str, ir.Expr] = {}
     for node in nodes:
         if isinstance(node, ir.Reduction):
             if node.buffer.numel != xnumel or node.reduction_ranges != anchor.reduction_ranges:
@@ -99,7 +105,7 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
             mapping[node.name] = _row_mapping(node.buffer, ranges)
         elif node.name not in stored and not _reads_group(node, nodes):
             continue  # inlined where loaded, like any pointwise producer
-        elif node.buffer.numel == xnumel * rnumel:
+        elif node.buffer.numel == xnumel * rnumel or _overrun_source(node, reductions) is not None:
             if node.name in stored:
                 source = next((r for r in reductions if r.source_sizes == node.buffer.sizes), None)
                 if source is None:
@@ -112,14 +118,22 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
                     v: indexing.simplify(sympy.sympify(e).xreplace(rmap), ranges)
                     for v, e in zip(ivars, source.source_index)
                 }
+                if source.source_valid is not None:
+                    guards[node.name] = ir.substitute_index(source.source_valid, rmap)
         else:
             raise SpaceError(
                 f"{node.name} has {node.buffer.numel} elements: neither one per row ({xnumel}) "
                 f"nor one per row and position ({xnumel * rnumel})"
             )
-    space = KernelSpace(xnumel, rnumel, anchor, mapping)
+    space = KernelSpace(xnumel, rnumel, anchor, mapping, guards)
     _check_rows(nodes, space)
     return space
+
+
+def _overrun_source(node: ir.Node, reductions: Sequence[ir.Reduction]) -> ir.Reduction | None:
+    """A reduction of the group over a tensor of ``node``'s shape whose (row, position) pairs
+    overrun it (a split in unequal chunks): ``node`` then maps onto its pairs where they are valid."""
+    return next((r for r in reductions if r.source_valid is not None and r.source_sizes == node.buffer.sizes), None)
 
 
 def _reads_group(node: ir.Node, nodes: Sequence[ir.Node]) -> bool:
