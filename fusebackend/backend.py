@@ -122,5 +122,8 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
         inference_compiler=_compiler("inference"),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
+        # copy_ into inputs that need no gradient (batch norm's running statistics) stays in the
+        # graph, where the kernel that computes the new value writes it in place
+        keep_inference_input_mutations=True,
     )
     return backend(gm, example_inputs)

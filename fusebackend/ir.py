@@ -460,6 +460,10 @@ class IRGraph:
 
     ``inputs`` has one entry per graph argument: a Buffer for a tensor, or the concrete Python
     value (ints are specialized). ``outputs`` holds Views for tensors and plain values otherwise.
+    ``mutations`` maps a pointwise node's buffer to the input buffer it is written into, in place
+    (an ``aten.copy_`` into a graph input, such as batch norm's running statistics): the wrapper
+    passes the input's memory as the node's output, and nothing else reads the input after the
+    node or at another element (``lowering.graph`` proves it before it records one).
     """
 
     name: str
@@ -467,9 +471,15 @@ class IRGraph:
     inputs: list[Any]
     nodes: list[Node]
     outputs: list[Any]
+    mutations: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {b.name: n for n in self.nodes for b in written_buffers(n)}
+
+    def results(self) -> set[str]:
+        """Buffers that must be in memory when the graph returns: its outputs and the ones
+        written into inputs."""
+        return {o.buffer.name for o in self.outputs if isinstance(o, View)} | set(self.mutations)
 
     def input_buffers(self) -> list[Buffer]:
         return [b for b in self.inputs if isinstance(b, Buffer)]
@@ -480,6 +490,8 @@ class IRGraph:
             lines.append(f"  input {k}: {inp}")
         for node in self.nodes:
             lines.extend("  " + line for line in format_node(node).splitlines())
+        for buf, target in self.mutations.items():
+            lines.append(f"  {buf} is written into input {target} in place")
         outs = ", ".join(str(o) for o in self.outputs)
         lines.append(f"  return ({outs})")
         return "\n".join(lines)
@@ -542,6 +554,15 @@ def verify(graph: IRGraph) -> None:
     for out in graph.outputs:
         if isinstance(out, View):
             assert defined.get(out.buffer.name) == out.buffer, f"output {out} is never written"
+    inputs = {b.name: b for b in graph.input_buffers()}
+    pointwise = {n.name: n for n in graph.nodes if isinstance(n, Pointwise)}
+    for name, target in graph.mutations.items():
+        assert name in pointwise and target in inputs, f"{name} -> {target}: not a pointwise node into an input"
+        buf, dst = pointwise[name].buffer, inputs[target]
+        assert (buf.dtype, buf.sizes, buf.strides) == (dst.dtype, dst.sizes, dst.strides), (
+            f"{name} does not have input {target}'s layout"
+        )
+    assert len(set(graph.mutations.values())) == len(graph.mutations), "an input written twice in place"
 
 
 def _check_view(view: View) -> None:

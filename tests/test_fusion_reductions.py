@@ -364,14 +364,15 @@ def test_stored_prologue_fuses_into_a_split_column_sum(rows: int) -> None:
 def test_stored_prologue_of_a_split_in_unequal_chunks(monkeypatch: pytest.MonkeyPatch, fn: Callable[..., Any],
                                                       shape: tuple[int, ...], looped: bool) -> None:
     # every element of the stored prologue is written once, the tail of the last chunk included;
-    # looped: the store is made by the loop's one pass (blocks of 64 positions)
-    if looped:
-        original = runtime.reduction_config
+    # looped: the store is made by the loop's one pass (blocks of 64 positions); persistent: each
+    # chunk in one block (on any device)
+    original = runtime.reduction_config
 
-        def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-            return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": 64}
+    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        rblock = 64 if looped else 1 << (rnumel - 1).bit_length()
+        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": rblock}
 
-        monkeypatch.setattr(runtime, "reduction_config", small_blocks)
+    monkeypatch.setattr(runtime, "reduction_config", blocks)
     x = torch.randn(shape)
     check(fn, x, atol=1e-4, rtol=1e-5)
     assert kernel_count() == 2, fusebackend.last_compiled().schedule

@@ -1,7 +1,8 @@
 """The wrapper: plain Python source that runs one compiled graph.
 
-It unpacks the inputs, allocates every stored buffer with eager's layout, launches the kernels,
-calls the externs, frees each buffer after its last use and returns the outputs. Generated
+It unpacks the inputs, allocates every stored buffer with eager's layout (a buffer written into
+an input in place is that input), launches the kernels, calls the externs, frees each buffer
+after its last use and returns the outputs. Generated
 kernels are bound into the wrapper module's namespace by name; values that have no literal
 spelling are bound as ``const<N>``. A dump of this source shows exactly what runs.
 """
@@ -97,7 +98,7 @@ def generate_wrapper(
             if isinstance(step, ExternCall):
                 _extern(w, step.node, constants)
             else:
-                _launch(w, plan_kernel[id(step)])
+                _launch(w, plan_kernel[id(step)], graph.mutations)
             dead = sorted(n for n, last in last_use.items() if last == k and n not in returned)
             if dead:
                 w.line(f"del {', '.join(dead)}")
@@ -125,9 +126,12 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any]) -> None:
             w.line(f"{buf.name} = expect_layout({ref}, {buf.sizes}, {buf.strides})")
 
 
-def _launch(w: LineWriter, kernel: KernelSource) -> None:
+def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str]) -> None:
     for buf in kernel.plan.stored:
-        w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
+        if buf.name in mutations:
+            w.line(f"{buf.name} = {mutations[buf.name]}  # aten.copy_ into the input, in place")
+        else:
+            w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
     if kernel.grid == 0:
         return  # nothing to compute: an empty output
     sizes = ", ".join(map(str, kernel.sizes))

@@ -18,6 +18,12 @@ node carries its traced value (``node.meta["val"]``, a fake tensor on the real d
 strides come from that, so the wrapper does not copy ATen's result into a layout eager never
 uses. And nodes whose results nothing uses (the empty tensors a batch-norm decomposition
 returns, say) are not lowered at all, unless they mutate something.
+
+An ``aten.copy_`` into a graph input (AOTAutograd leaves batch norm's running statistics to the
+graph that way) becomes a pointwise node that the wrapper points at the input's memory, so the
+kernel computing the new value stores it in place, where that is safe (``_in_place_reason``):
+what reads the input must only flow into that node, at the element it writes. Otherwise it is
+an extern ``copy_`` after everything else, as any mutation.
 """
 
 from __future__ import annotations
@@ -146,6 +152,74 @@ def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     return split if rnumel % split == 0 else want
 
 
+def _in_place_reason(graph: ir.IRGraph, copy: ir.Pointwise, target: ir.Buffer) -> str | None:
+    """Why ``copy`` cannot write its value into ``target`` in place; None when it can.
+
+    It can when nothing but ``copy`` needs the input's old contents after ``copy`` has run: every
+    node that reads ``target``, directly or through other nodes, is pointwise, returns nothing,
+    and flows only into ``copy``; and ``copy``'s value at each element reads ``target`` at that
+    element alone. Each lane of the kernel that stores ``copy`` then reads its element before it
+    writes it, and no other lane, program or later kernel reads it.
+    """
+    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    if target.name in returned or copy.buffer.name in returned:
+        return "the graph returns it"
+    tainted: dict[str, ir.Node] = {}  # nodes whose values depend on the input's contents
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        names = {v.buffer.name for v in node.reads()}
+        for name in names:
+            readers[name] = readers.get(name, 0) + 1
+        if target.name in names or names & tainted.keys():
+            tainted[node.name] = node
+    if readers.get(copy.buffer.name):
+        return "something reads the copy"
+    for node in tainted.values():
+        if node is copy:
+            continue
+        if not isinstance(node, ir.Pointwise):
+            return f"{node.name} reads the input and is not pointwise"
+        if node.name in returned or not readers.get(node.name):
+            return f"{node.name} reads the input and is a result of its own"
+    # the copy's value with every tainted producer inlined: its loads of the input
+    ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
+    ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
+    written = indexing.ravel(list(ivars), target.strides, 0)
+
+    def inline(expr: ir.Expr) -> ir.Expr:
+        def leaf(e: ir.Expr) -> ir.Expr | None:
+            if isinstance(e, ir.IndirectLoad) and e.view.buffer.name in tainted.keys() | {target.name}:
+                raise _NotInPlace(f"a gather reads {e.view.buffer.name}")
+            if not isinstance(e, ir.Load) or e.view.buffer.name not in tainted:
+                return None
+            producer = tainted[e.view.buffer.name]
+            assert isinstance(producer, ir.Pointwise)
+            buf = producer.buffer
+            flat = indexing.ravel(list(e.index), e.view.strides, e.view.offset)
+            pidx = indexing.unravel(flat, buf.sizes, buf.strides)
+            pvars = indexing.loop_vars("i", len(buf.sizes))
+            return inline(ir.substitute_index(producer.body, dict(zip(pvars, pidx))))
+
+        return ir.map_expr(expr, leaf)
+
+    try:
+        value = inline(copy.body)
+    except _NotInPlace as exc:
+        return str(exc)
+    for load in ir.loads(value):
+        if load.view.buffer.name != target.name:
+            continue
+        read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
+        unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
+        if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
+            return "its value reads the input at another element"
+    return None
+
+
+class _NotInPlace(Exception):
+    pass
+
+
 def _check_matches(result: Any, out_meta: Any) -> None:
     """A composite must produce exactly the sizes and dtypes ATen's meta function gives."""
     got = pytree.tree_leaves(result)
@@ -216,6 +290,8 @@ class GraphLowering:
         self.device = devices.pop() if devices else torch.device("cpu")
         self.moved_inputs: list[int] = []
         self.node: torch.fx.Node | None = None  # the FX node being lowered
+        self.copies: list[tuple[ir.Pointwise, ir.Buffer, Any]] = []  # copy_ into an input: node, input, meta
+        self.input_index: dict[ir.Buffer, int] = {}  # tensor inputs and their argument positions
         self.out_meta: Any = None  # the current op's meta output, for composite lowerings
         self.origin = ""
 
@@ -250,6 +326,7 @@ class GraphLowering:
                 if value.device != self.device:
                     self.moved_inputs.append(k)
                 buf = ir.Buffer(f"arg{k}", value.dtype, tuple(value.shape), tuple(value.stride()))
+                self.input_index[buf] = k
                 meta = torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta")
                 self.env[node] = self._tensor_arg(buf, meta)
                 inputs.append(buf)
@@ -270,7 +347,17 @@ class GraphLowering:
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
-        return ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)
+        graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)
+        for copy, target, meta in self.copies:
+            reason = _in_place_reason(graph, copy, target)
+            if reason is None and target.name not in graph.mutations.values():
+                graph.mutations[copy.buffer.name] = target.name
+                continue
+            # written after everything else instead, by ATen (an extern mutation is a barrier)
+            self.node = None
+            self.extern(aten.copy_.default, (TensorArg(target.whole(), meta), TensorArg(copy.buffer.whole(), meta)),
+                        {}, meta, reason=f"not in place: {reason or 'the input is written twice'}")
+        return graph
 
     def _lookup(self, value: Any) -> Any:
         return pytree.tree_map(
@@ -301,6 +388,10 @@ class GraphLowering:
             return out_meta  # sizes, strides and other non-tensor results
         if is_view_op(target):
             return self.view(args, out_meta)
+        if target is aten.copy_.default and not node.users:
+            into = self._copy_into_input(args, out_meta)
+            if into is not None:
+                return into
         if target in POINTWISE and isinstance(out_meta, torch.Tensor):
             try:
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
@@ -331,6 +422,27 @@ class GraphLowering:
             return TensorArg(view, meta)
 
         return pytree.tree_map(lambda m: make(m) if isinstance(m, torch.Tensor) else m, out_meta)
+
+    def _copy_into_input(self, args: Any, out_meta: torch.Tensor) -> TensorArg | None:
+        """``copy_(dst, src)`` into a whole graph input on the graph's device: a pointwise node
+        with the input's layout, to be written in place (checked once the graph is lowered)."""
+        dst = args[0]
+        if not (isinstance(dst, TensorArg) and dst.view.is_whole() and dst.view.buffer in self.input_index):
+            return None
+        if self.input_index[dst.view.buffer] in self.moved_inputs:
+            return None  # the kernel would write the device copy of a host tensor
+        try:
+            value = self.lower_node(aten.copy.default, POINTWISE[aten.copy.default], args[:2], {}, out_meta)
+        except Unsupported:
+            return None
+        copy = self.nodes[-1]
+        assert isinstance(copy, ir.Pointwise) and copy.buffer == value.view.buffer
+        if copy.buffer.strides != dst.view.buffer.strides:  # a layout a node cannot write (not dense)
+            self.nodes.pop()
+            return None
+        self.nodes[-1] = dataclasses.replace(copy, origin="aten.copy_.default (into an input)")
+        self.copies.append((self.nodes[-1], dst.view.buffer, out_meta))
+        return dst
 
     def lower_node(self, target: Any, lowering: Any, args: Any, kwargs: Any, out_meta: torch.Tensor) -> TensorArg:
         bound = bind_arguments(target, args, kwargs)
@@ -546,3 +658,4 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> tuple[ir.
     lowering = GraphLowering(gm, args, name)
     graph = lowering.run()
     return graph, lowering.moved_inputs
+

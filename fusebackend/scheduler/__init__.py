@@ -78,7 +78,7 @@ class Schedule:
                 lines.append(
                     f"  kernel {k}: {', '.join(step.names)}"
                     f"  | read {_fmt(step.bytes_read)}, write {_fmt(step.bytes_written)}"
-                    f"  | stores {', '.join(b.name for b in step.stored) or 'nothing'}"
+                    f"  | stores {', '.join(_stored_name(b, self.graph) for b in step.stored) or 'nothing'}"
                 )
                 k += 1
             else:
@@ -91,6 +91,7 @@ class Schedule:
             f"  graph moves {_fmt(self.total_bytes)} (kernels {_fmt(self.kernel_bytes)}, externs "
             f"{_fmt(self.extern_bytes)}) against a floor of {_fmt(self.floor_bytes)}{ratio}: "
             f"the floor reads each graph input once and writes each output once"
+            + (" (and each input written in place)" if self.graph.mutations else "")
         )
         if self.recomputed:
             lines.append("  recomputed in each reader instead of stored (its inputs cost no more bytes than "
@@ -105,6 +106,11 @@ class Schedule:
             lines.append("  fusions refused:")
             lines.extend(f"    {r}" for r in self.refusals)
         return "\n".join(lines)
+
+
+def _stored_name(buf: ir.Buffer, graph: ir.IRGraph) -> str:
+    into = graph.mutations.get(buf.name)
+    return buf.name if into is None else f"{buf.name} (into input {into})"
 
 
 def _fmt(n: int) -> str:

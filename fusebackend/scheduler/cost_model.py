@@ -39,7 +39,7 @@ class TrafficModel:
                 self.readers.setdefault(view.buffer.name, set()).add(node.name)
             for buf in ir.written_buffers(node):
                 self.written_by[buf.name] = node.name
-        self.graph_outputs = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+        self.graph_outputs = graph.results()
         self._memo: dict[frozenset[str], tuple[int, int]] = {}
 
     def stored(self, names: Iterable[str]) -> list[ir.Buffer]:
@@ -94,8 +94,11 @@ class TrafficModel:
 
 
 def graph_floor(graph: ir.IRGraph, readers: Mapping[str, set[str]]) -> int:
-    """Each graph input that some node reads, read once, plus each graph output written once."""
+    """Each graph input that some node reads, read once, plus each graph output written once
+    (and each input written in place, once)."""
     total = sum(b.nbytes for b in graph.input_buffers() if readers.get(b.name))
     outs = {o.buffer.name: o.buffer for o in graph.outputs if isinstance(o, ir.View)}
+    outs.update((n.buffer.name, n.buffer) for n in graph.nodes
+                if isinstance(n, ir.Pointwise) and n.buffer.name in graph.mutations)
     inputs = {b.name for b in graph.input_buffers()}
     return total + sum(b.nbytes for name, b in outs.items() if name not in inputs)

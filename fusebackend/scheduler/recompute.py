@@ -89,7 +89,7 @@ def _distinct_ops(expr: ir.Expr) -> set[ir.Op]:
 
 
 def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
-    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    returned = graph.results()
     readers: dict[str, int] = {}
     pinned: set[str] = set()  # read by an extern or through a gather: must be in memory
     computed: set[str] = set()  # pointwise nodes so far
@@ -145,7 +145,7 @@ def _substitute(node: ir.Pointwise | ir.Reduction, inlined: dict[str, ir.Pointwi
 
 def _unread(graph: ir.IRGraph, nodes: list[ir.Node]) -> set[str]:
     """The pointwise nodes of ``nodes`` whose results nothing needs, directly or through others."""
-    needed = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    needed = graph.results()
     unread = set()
     for node in reversed(nodes):
         if isinstance(node, ir.Pointwise) and node.name not in needed:

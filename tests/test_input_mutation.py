@@ -1,0 +1,138 @@
+"""In-place writes into graph inputs: ``aten.copy_`` into an input is stored by the kernel that
+computes the value, in the input's memory, only where no other read of the input could see it.
+Every test compares the mutated inputs with eager as well as the outputs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import fusebackend
+from helpers import assert_same, compile_fn
+
+
+def _run_both(fn: Callable[..., Any], *args: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Call ``fn`` eagerly and compiled on clones of ``args``; check outputs; return the args."""
+    eager_args = [a.clone() for a in args]
+    compiled_args = [a.clone() if a.is_contiguous() else a.clone().as_strided(a.shape, a.stride()) for a in args]
+    expected = fn(*eager_args)
+    actual = compile_fn(fn)(*compiled_args)
+    assert_same(actual, expected)
+    assert fusebackend.metrics.eager_graphs == 0
+    return eager_args, compiled_args
+
+
+def _schedule() -> str:
+    return "\n".join(a.schedule for a in fusebackend.history())
+
+
+def test_batch_norm_training_writes_running_stats_in_place() -> None:
+    # AOTAutograd leaves the updates of running_mean / running_var / num_batches_tracked to the
+    # forward graph as copy_ into its inputs; the kernels computing them store them there
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    reference = copy.deepcopy(model)
+    compiled = compile_fn(model)
+    for _ in range(2):
+        x = torch.randn(2, 3, 10, 10) * 2 + 0.5
+        out, expected = compiled(x), reference(x)
+        assert_same(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+    assert fusebackend.metrics.eager_graphs == 0
+    for (name, a), (_, b) in zip(model.named_buffers(), reference.named_buffers()):
+        assert_same(a, b), name
+    assert int(model[1].num_batches_tracked) == 2
+    forward = next(a for a in fusebackend.history() if a.name.startswith("forward"))
+    assert forward.schedule.count("(into input") == 3, forward.schedule
+    assert "copy_" not in forward.schedule  # no ATen copy left
+    assert forward.wrapper.count("aten.copy_ into the input, in place") == 3
+    assert "copy_" not in str(fusebackend.metrics.fallbacks)
+
+
+def test_add_into_an_input_in_place() -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(y * 2)
+        return y.sum()
+
+    (xe, _), (xc, _) = _run_both(fn, torch.randn(37, 5), torch.randn(37, 5))
+    assert_same(xc, xe)
+    assert "(into input arg0)" in _schedule()
+
+
+def test_a_transposed_input_is_written_with_its_own_strides() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(3)
+        return x.new_ones(())
+
+    x = torch.randn(7, 5).t()
+    xe, xc = x.clone().t().contiguous().t(), x.clone().t().contiguous().t()
+    assert xc.stride() == (1, 5)
+    fn(xe)
+    compile_fn(fn)(xc)
+    assert xc.stride() == (1, 5)
+    assert_same(xc, xe)
+    assert "(into input arg0)" in _schedule()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.copy_(x.flip(0)).new_ones(()),  # reads the input at another element
+    lambda x: x.copy_(x - x.mean(0)).new_ones(()),  # a reduction reads the input
+    lambda x: x.copy_(x.cumsum(0)).new_ones(()),  # an extern reads the input
+], ids=["flip", "reduction", "extern"])
+def test_copy_that_reads_other_elements_is_made_after_everything(fn: Callable[..., Any]) -> None:
+    # written in place, lanes would read elements other lanes have already overwritten
+    (xe,), (xc,) = _run_both(fn, torch.randn(64, 3))
+    assert_same(xc, xe)
+    assert "into input" not in _schedule()
+    assert fusebackend.metrics.fallbacks["copy_"] == 1
+
+
+def test_input_value_that_is_also_returned_is_not_written_in_place() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x * 3
+
+    (xe,), (xc,) = _run_both(fn, torch.randn(9, 4))
+    assert_same(xc, xe)
+
+
+def test_a_slice_of_a_larger_tensor_is_copied_by_aten() -> None:
+    # a non-dense input: no kernel writes that layout, so ATen copies into it
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.copy_(y + 1)
+        return y.sum()
+
+    base_e, base_c = torch.randn(6, 8), None
+    base_c = base_e.clone()
+    y = torch.randn(6, 3)
+    fn(base_e[:, 2:5], y)
+    compile_fn(fn)(base_c[:, 2:5], y)
+    assert_same(base_c, base_e)  # the columns outside the slice untouched
+    assert fusebackend.metrics.eager_graphs == 0
+
+
+def test_in_place_reason_names_what_blocks_it() -> None:
+    from fusebackend import indexing, ir
+    from fusebackend.lowering.graph import _in_place_reason
+
+    x = ir.Buffer("arg0", torch.float32, (8,), (1,))
+    (i,) = indexing.loop_vars("i", 1)
+
+    def pointwise(name: str, body: ir.Expr) -> ir.Pointwise:
+        return ir.Pointwise(ir.Buffer(name, torch.float32, (8,), (1,)), body, name)
+
+    scaled = pointwise("buf0", ir.op("mul", ir.Load(x.whole(), (i,)), ir.Constant(0.9, torch.float32)))
+    write = pointwise("buf1", ir.Load(scaled.buffer.whole(), (i,)))
+    shifted = pointwise("buf2", ir.Load(x.whole(), ((i + 1) % 8,)))
+    write_shifted = pointwise("buf3", ir.Load(shifted.buffer.whole(), (i,)))
+
+    def graph(*nodes: ir.Node, outputs: tuple[ir.Buffer, ...] = ()) -> ir.IRGraph:
+        return ir.IRGraph("g", torch.device("cpu"), [x], list(nodes), [b.whole() for b in outputs])
+
+    assert _in_place_reason(graph(scaled, write), write, x) is None
+    assert "another element" in _in_place_reason(graph(shifted, write_shifted), write_shifted, x)
+    assert "result of its own" in _in_place_reason(graph(scaled, write, outputs=(scaled.buffer,)), write, x)
+    assert "returns it" in _in_place_reason(graph(scaled, write, outputs=(x,)), write, x)
