@@ -381,6 +381,21 @@ def test_stored_prologue_of_a_split_in_unequal_chunks(monkeypatch: pytest.Monkey
     assert ("for roffset in range" in first) == looped
 
 
+@pytest.mark.parametrize("small", [True, False], ids=["merged", "over-the-size-bound"])
+def test_second_phases_of_two_split_sums_share_a_launch(monkeypatch: pytest.MonkeyPatch, small: bool) -> None:
+    # batch norm's backward: sum(g) and sum(g * x) over many rows. Phase 1 computes both partial
+    # sums in one kernel (both read g); the two phase 2s read only partials, share no buffer and
+    # save no bytes together, but are small: one kernel, one launch fewer
+    from fusebackend.scheduler import fusion
+
+    if not small:
+        monkeypatch.setattr(fusion, "SMALL_KERNEL_BYTES", 0)
+    check(lambda g, x: (g.sum(0), (g * x).sum(0)), torch.randn(8192, 16), torch.randn(8192, 16))
+    schedule = fusebackend.last_compiled().schedule
+    assert kernel_count() == (2 if small else 3), schedule
+    assert ("no bytes saved, one launch fewer" in schedule) == small
+
+
 def test_stored_prologue_fuses_into_a_split_row_sum() -> None:
     # two rows of 70 000: the row sum is split in chunks; t is stored by phase 1 as well
     x = torch.randn(2, 70_000)

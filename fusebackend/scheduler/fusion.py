@@ -4,7 +4,9 @@ Every Pointwise or Reduction node starts as its own group; externs stay alone. C
 pairs of groups where one reads what the other writes (vertical) or both read one buffer
 (horizontal). Each candidate is checked for legality (``why_not``), scored by
 ``cost_model.TrafficModel.bytes_saved`` and the best legal one is merged, until no candidate
-saves bytes. Every refusal is kept with its reason for the report.
+saves bytes. Every refusal is kept with its reason for the report. Last, small sibling groups
+(both reading outputs of one group, each moving at most ``SMALL_KERNEL_BYTES``) merge where
+legal: no bytes saved, one launch fewer (``_merge_siblings``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Iterable
 
 from fusebackend import ir
 from fusebackend.config import config
-from fusebackend.scheduler.cost_model import TrafficModel
+from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel
 from fusebackend.scheduler.space import SpaceError, plan_space
 
 
@@ -37,6 +39,8 @@ class Decision:
     bytes_saved: int
 
     def __str__(self) -> str:
+        if self.kind == "siblings":
+            return f"siblings: {'+'.join(self.first)} with {'+'.join(self.second)}: no bytes saved, one launch fewer"
         return f"{self.kind}: {'+'.join(self.first)} <- {'+'.join(self.second)} saves {self.bytes_saved} B"
 
 
@@ -152,12 +156,46 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
         saved, a, b, kind = best
         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), kind, saved))
         groups.merge(a, b)
+    _merge_siblings(groups, model, decisions)
     # Keep only refusals between groups that survived (earlier ones were superseded by merges).
     final = {
         (groups.group_of[r.first[0]], groups.group_of[r.second[0]]): r for r in refusals.values()
     }
     kept = [r for (a, b), r in final.items() if a != b]
     return groups, decisions, kept
+
+
+def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decision]) -> None:
+    """Merge small groups that read outputs of the same group, in graph order, where legal."""
+
+    def small(g: str) -> bool:
+        members = groups.members[g]
+        return not any(isinstance(groups.nodes[n], ir.Extern) for n in members) and (
+            sum(model.traffic(members)) <= SMALL_KERNEL_BYTES)
+
+    merged = True
+    while merged:  # a merge can give a group new siblings
+        merged = False
+        for parent in sorted(groups.members, key=groups.order.get):
+            if parent not in groups.members:
+                continue  # merged into another in this pass
+            pending = sorted((c for c in groups.group_succ(parent) if small(c)), key=groups.order.get)
+            while pending:
+                a, rest = pending[0], []
+                for b in pending[1:]:
+                    if why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
+                        decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), "siblings", 0))
+                        a = groups.merge(a, b)
+                        merged = True
+                    else:
+                        rest.append(b)
+                pending = rest
+
+
+def _no_more_bytes(model: TrafficModel, groups: Groups, a: str, b: str) -> bool:
+    """The merged group moves no more than its parts did."""
+    return sum(model.traffic(groups.members[a] + groups.members[b])) <= (
+        sum(model.traffic(groups.members[a])) + sum(model.traffic(groups.members[b])))
 
 
 def _candidates(groups: Groups, model: TrafficModel) -> Iterable[tuple[str, str, str]]:
