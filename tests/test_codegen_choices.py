@@ -205,6 +205,12 @@ def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg(4096, 1024, True, 3) == {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 2}
     assert cfg(4, 100_000, True, 1) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
     assert cfg(8192, 8192, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
+    # short columns, few of them (a split's second phase over its 512 partial sums): one block
+    # per column block, no loop; many columns keep the loop of 16 rows
+    assert cfg(128, 512, False, 1) == {"XBLOCK": 16, "RBLOCK": 512, "num_warps": 8}
+    assert cfg(2048, 256, False, 1) == {"XBLOCK": 32, "RBLOCK": 256, "num_warps": 8}
+    assert cfg(8192, 8, False, 1) == {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4}
+    assert cfg(65536, 1024, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
 
 
 # -------------------------------------------------------------------------------- recompute

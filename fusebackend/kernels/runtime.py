@@ -266,8 +266,15 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     #   16 warps, the second re-reading the row from L2, reach 93.8% on RMS norm against 89%
     #   persistent; softmax (three passes) is faster persistent. Only rows that blocks of 4096
     #   tile exactly loop (a row of 4097 would take a second, almost empty, block per pass);
-    # - column sums of 8192x8192 bf16 with 64 columns by 16 rows per step and 4 warps.
+    # - column sums of 8192x8192 bf16 with 64 columns by 16 rows per step and 4 warps;
+    # - short columns (up to 1024) of at most 8192 columns, such as a split's second phase over
+    #   its partial sums, in one block each: a loop of 16 rows a step runs its steps one after
+    #   another on few programs. 512 x 128 fp32 partials: 8.1 -> 1.9 us; 1024 x 512: 16.5 ->
+    #   3.0 us; 256 x 2048: 5.9 -> 2.5 us (warm L2, CUDA graph of 20 calls, 2026-11-23).
     if not row_contiguous:
+        if r <= 1024 and xnumel <= 8192:
+            xblock = max(16, min(64, 8192 // r))
+            return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": 8 if r * xblock >= 8192 else 4}
         return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
     if rnumel in (4096, 8192) and passes == 2:
         return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
