@@ -52,6 +52,21 @@ def test_batch_norm_training_writes_running_stats_in_place() -> None:
     assert "copy_" not in str(fusebackend.metrics.fallbacks)
 
 
+def test_num_batches_tracked_of_two_layers_share_a_kernel() -> None:
+    # each layer's counter update reads only its own input and moves 16 bytes: small siblings
+    # (both read graph inputs only), merged into one launch
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Tanh(), torch.nn.BatchNorm1d(6))
+    reference = copy.deepcopy(model)
+    x = torch.randn(32, 6)
+    assert_same(compile_fn(model)(x), reference(x))
+    for (name, a), (_, b) in zip(model.named_buffers(), reference.named_buffers()):
+        assert_same(a, b), name
+    lines = next(a for a in fusebackend.history() if a.name.startswith("forward")).schedule.splitlines()
+    counters = [line for line in lines if line.startswith("  kernel") and "read 16 B, write 16 B" in line]
+    assert len(counters) == 1 and counters[0].count("(into input") == 2, lines
+    assert any("no bytes saved, one launch fewer" in line for line in lines)
+
+
 def test_add_into_an_input_in_place() -> None:
     def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         x.add_(y * 2)

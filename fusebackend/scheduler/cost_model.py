@@ -17,7 +17,8 @@ is never written to memory.
 Vertical fusion (B reads what A writes) saves the intermediate's write and read; horizontal
 fusion (A and B read the same buffer) saves one read of it. The scheduler fuses greedily by
 bytes_saved. Then it merges *siblings* that save no bytes but a launch: two small groups that
-read the outputs of one kernel (the second phases of two split reductions, say), each moving
+read the outputs of one kernel (the second phases of two split reductions, say) or graph inputs
+only (batch norm's num_batches_tracked updates), each moving
 at most SMALL_KERNEL_BYTES, so little that the launch costs more time than the bytes. The
 floor of a graph is each graph input it reads, read once, plus each output, written once.
 """

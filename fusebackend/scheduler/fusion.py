@@ -5,8 +5,8 @@ pairs of groups where one reads what the other writes (vertical) or both read on
 (horizontal). Each candidate is checked for legality (``why_not``), scored by
 ``cost_model.TrafficModel.bytes_saved`` and the best legal one is merged, until no candidate
 saves bytes. Every refusal is kept with its reason for the report. Last, small sibling groups
-(both reading outputs of one group, each moving at most ``SMALL_KERNEL_BYTES``) merge where
-legal: no bytes saved, one launch fewer (``_merge_siblings``).
+(both reading outputs of one group, or both only graph inputs, each moving at most
+``SMALL_KERNEL_BYTES``) merge where legal: no bytes saved, one launch fewer (``_merge_siblings``).
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
 
 
 def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decision]) -> None:
-    """Merge small groups that read outputs of the same group, in graph order, where legal."""
+    """Merge small groups that read outputs of the same group (or graph inputs only), in graph
+    order, where legal."""
 
     def small(g: str) -> bool:
         members = groups.members[g]
@@ -176,10 +177,12 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
     merged = True
     while merged:  # a merge can give a group new siblings
         merged = False
-        for parent in sorted(groups.members, key=groups.order.get):
-            if parent not in groups.members:
+        roots = [g for g in groups.members if not groups.group_pred(g)]  # they read graph inputs only
+        for parent in [None] + sorted(groups.members, key=groups.order.get):
+            if parent is not None and parent not in groups.members:
                 continue  # merged into another in this pass
-            pending = sorted((c for c in groups.group_succ(parent) if small(c)), key=groups.order.get)
+            children = roots if parent is None else groups.group_succ(parent)
+            pending = sorted((c for c in children if c in groups.members and small(c)), key=groups.order.get)
             while pending:
                 a, rest = pending[0], []
                 for b in pending[1:]:
