@@ -22,6 +22,12 @@ partial sums (deterministic) 74-77 / 83-87; Inductor 70-71 / 79-80. Wider column
 1024 columns), more chunks (16 to 64), a padded row stride and staggered row orders were
 slower or at best level. This file itself has so far run only with ``--check``, on a CPU.
 
+``--sweep`` times phase 1 alone under 72 tile shapes (a scratch version of it ran once, same
+machine, fourth session of 2026-11-23): 64 columns by 32 rows in 8 chunks reached 77.4 / 88.4,
+2048 columns by 1 row in 128 chunks 77.1 / 91.7 (contiguous 4 KiB rows, like the read-only
+kernel's 79.4 / 92.2); with a second phase over their partial sums, every shape tried landed at
+80.9-81.6 clean, and one kernel adding its 8 chunks' sums at the end (64 x 32) at 85.7.
+
     PYTHONPATH=. python -m benchmarks.column_sum_study            # on a GPU
     PYTHONPATH=. python -m benchmarks.column_sum_study --check    # outputs only, any device
 """
@@ -103,6 +109,23 @@ def read_only_sum(x, out, CH: tl.constexpr, B: tl.constexpr):
     tl.store(out + p, tl.sum(acc, 0))
 
 
+@triton.jit
+def chunk_partial(x, part, N, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr,
+                  EVEN: tl.constexpr):
+    """Phase 1 for any chunk count: rows past N (a last chunk that overruns) read as zeros."""
+    c = tl.program_id(0)
+    s = tl.program_id(1)
+    cols = c * XB + tl.arange(0, XB)[None, :]
+    acc = tl.zeros([RB, XB], tl.float32)
+    for r0 in range(0, R, RB):
+        rows = s * R + r0 + tl.arange(0, RB)[:, None]
+        if EVEN:
+            acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
+        else:
+            acc += tl.load(x + rows * M + cols, mask=rows < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    tl.store(part + s * M + c * XB + tl.arange(0, XB), tl.sum(acc, 0))
+
+
 Variant = Callable[[torch.Tensor], Any]  # returns the column sums, or None for a partial pass
 
 
@@ -161,6 +184,38 @@ def variants(n: int, m: int, gpu: bool) -> dict[str, Variant]:
     return found
 
 
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def sweep_phase1(n: int, m: int, floors: dict[str, float]) -> None:
+    """Phase 1 alone under tile shapes from 64 x 16 to 4096 x 1 and 2 to 256 chunks, zeroed and
+    clean (% of the floor). Each variant's partial sums are checked against torch first."""
+    shapes = [(64, 16, 4), (64, 32, 4), (64, 32, 8), (128, 8, 4), (128, 16, 4), (128, 32, 8), (256, 4, 4),
+              (256, 8, 4), (256, 16, 8), (512, 2, 4), (512, 4, 4), (512, 8, 8), (1024, 1, 4), (1024, 2, 4),
+              (1024, 4, 8), (2048, 1, 8), (2048, 2, 8), (4096, 1, 8)]
+    x = torch.randn(n, m, dtype=torch.bfloat16)
+    for xb, rb, warps in [s for s in shapes if s[0] <= m]:
+        for programs in (264, 528, 1056, 2112):  # 2 to 16 programs per multiprocessor of an H200
+            chunks = max(1, round(programs / (m // xb)))
+            rows = cdiv(cdiv(n, chunks), rb) * rb  # a whole number of steps per chunk
+            chunks = cdiv(n, rows)
+            part = torch.empty(chunks, m, dtype=torch.float32)
+            even = rows * chunks == n
+
+            def run(t: torch.Tensor, xb: int = xb, rb: int = rb, warps: int = warps, rows: int = rows,
+                    part: torch.Tensor = part, even: bool = even) -> None:
+                chunk_partial[(m // xb, part.shape[0])](t, part, n, m, rows, xb, rb, even, num_warps=warps)
+
+            run(x)
+            if even:
+                expected = x.float().reshape(chunks, rows, m).sum(1)
+                torch.testing.assert_close(part, expected, rtol=1e-3, atol=1e-2)
+            got = {mode: 100 * floors[mode] / time_ms(lambda: run(x), mode) for mode in ("zeroed", "clean")}
+            print(f"phase 1, {xb:4d} cols x {rb:2d} rows, {warps} warps, {chunks:3d} chunks: "
+                  f"zeroed {got['zeroed']:5.1f}%, clean {got['clean']:5.1f}%", flush=True)
+
+
 MODES = ("zeroed", "zeroed-events", "clean", "none")
 
 
@@ -186,6 +241,7 @@ def time_ms(fn: Callable[[], Any], mode: str, reps: int = 300) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="check outputs only (small shape; no timing)")
+    parser.add_argument("--sweep", action="store_true", help="then time phase 1 alone under 72 tile shapes")
     args = parser.parse_args()
     gpu = torch.cuda.is_available() and not fusebackend.use_interpreter()
     device = "cuda" if gpu else "cpu"
@@ -221,6 +277,8 @@ def main() -> None:
     print(f"\n{'variant':40s} " + " ".join(f"{mode:>14s}" for mode in MODES) + "   (% of the floor)")
     for name, times in rows:
         print(f"{name:40s} " + " ".join(f"{100 * floors[mode] / times[mode]:13.1f}%" for mode in MODES))
+    if args.sweep:
+        sweep_phase1(n, m, floors)
 
 
 if __name__ == "__main__":
