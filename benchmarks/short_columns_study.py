@@ -9,9 +9,12 @@ are in L2, as after the first phase; each variant runs 20 times in one CUDA grap
 cost nothing, and is checked against ``torch.sum`` first.
 
 Measured on an H200 (torch 2.11, Triton 3.6, 2026-11-23), us per call, loop / one block:
-512 x 128: 8.1 / 1.9; 512 x 256: 9.2 / 2.3; 1024 x 512: 16.5 / 3.0; 256 x 2048: 5.9 / 2.5;
-64 x 4096: 2.6 / 1.9 (in a scratch version of this script, which also tried 8 and 32 columns
-a block).
+512 x 128: 8.14 / 1.87; 512 x 256: 8.92 / 2.28; 512 x 64: 9.22 / 2.12; 1024 x 512: 16.72 /
+3.01; 256 x 2048: 6.24 / 2.84; 64 x 4096: 2.67 / 2.23; 8 x 8192 (the same config either way):
+1.81 / 1.82. A scratch version of this script, run once before, gave the same within 0.4 us
+where it ran the same config, and also tried 8 and 32 columns a block: 8 was level with 16 on
+512 rows and faster on 1024 x 512 (2.5 against 3.0 us); 32 was slower on columns of 512 or
+more.
 
     PYTHONPATH=. python -m benchmarks.short_columns_study            # on a GPU
     PYTHONPATH=. python -m benchmarks.short_columns_study --check    # outputs only, any device

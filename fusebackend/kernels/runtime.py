@@ -269,8 +269,8 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     # - column sums of 8192x8192 bf16 with 64 columns by 16 rows per step and 4 warps;
     # - short columns (up to 1024) of at most 8192 columns, such as a split's second phase over
     #   its partial sums, in one block each: a loop of 16 rows a step runs its steps one after
-    #   another on few programs. 512 x 128 fp32 partials: 8.1 -> 1.9 us; 1024 x 512: 16.5 ->
-    #   3.0 us; 256 x 2048: 5.9 -> 2.5 us (warm L2, CUDA graph of 20 calls, 2026-11-23).
+    #   another on few programs. 512 x 128 fp32 partials: 8.1 -> 1.9 us; 1024 x 512: 16.7 ->
+    #   3.0 us; 256 x 2048: 6.2 -> 2.8 us (benchmarks/short_columns_study.py, 2026-11-23).
     if not row_contiguous:
         if r <= 1024 and xnumel <= 8192:
             xblock = max(16, min(64, 8192 // r))
