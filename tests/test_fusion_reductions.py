@@ -396,6 +396,18 @@ def test_second_phases_of_two_split_sums_share_a_launch(monkeypatch: pytest.Monk
     assert ("no bytes saved, one launch fewer" in schedule) == small
 
 
+def test_small_independent_kernels_share_a_launch() -> None:
+    # a * 2 and b.sum() read different inputs and nothing of each other: no bytes saved, but both
+    # are small and a's elements map onto the sum's (row, position) pairs: one kernel
+    from fusebackend.scheduler.fusion import _may_share_space
+
+    check(lambda a, b: (a * 2, b.sum()), torch.randn(8, 5), torch.randn(8, 5))
+    assert kernel_count() == 1, fusebackend.last_compiled().schedule
+    assert "one launch fewer" in fusebackend.last_compiled().schedule
+    assert _may_share_space((40,), (1, 40)) and _may_share_space((8, 5), (8,))
+    assert not _may_share_space((39,), (1, 40)) and not _may_share_space((8, 5), (40, 1))
+
+
 def test_stored_prologue_fuses_into_a_split_row_sum() -> None:
     # two rows of 70 000: the row sum is split in chunks; t is stored by phase 1 as well
     x = torch.randn(2, 70_000)

@@ -2,9 +2,9 @@
 
 It unpacks the inputs, allocates every stored buffer with eager's layout (a buffer written into
 an input in place is that input), launches the kernels, calls the externs, frees each buffer
-after its last use and returns the outputs. Generated
-kernels are bound into the wrapper module's namespace by name; values that have no literal
-spelling are bound as ``const<N>``. A dump of this source shows exactly what runs.
+after its last use and returns the outputs. Generated kernels are bound into the wrapper
+module's namespace by name; values that have no literal spelling are bound as ``const<N>``. A
+dump of this source shows exactly what runs.
 """
 
 from __future__ import annotations

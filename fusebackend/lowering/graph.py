@@ -347,7 +347,7 @@ class GraphLowering:
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
-        graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)
+        graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)  # nodes: the same list
         for copy, target, meta in self.copies:
             reason = _in_place_reason(graph, copy, target)
             if reason is None and target.name not in graph.mutations.values():
@@ -658,4 +658,3 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> tuple[ir.
     lowering = GraphLowering(gm, args, name)
     graph = lowering.run()
     return graph, lowering.moved_inputs
-

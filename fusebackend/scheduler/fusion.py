@@ -186,13 +186,33 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
             while pending:
                 a, rest = pending[0], []
                 for b in pending[1:]:
-                    if why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
+                    if not _may_share_space(_space_key(groups, a), _space_key(groups, b)):
+                        rest.append(b)  # cannot share a kernel; spares the legality check
+                    elif why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
                         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), "siblings", 0))
                         a = groups.merge(a, b)
                         merged = True
                     else:
                         rest.append(b)
                 pending = rest
+
+
+def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
+    """(rows, positions per row) of the group's first reduction, or (elements,) of its largest
+    pointwise node."""
+    nodes = [groups.nodes[n] for n in groups.members[g]]
+    for node in nodes:
+        if isinstance(node, ir.Reduction):
+            return (node.buffer.numel, node.reduction_numel)
+    return (max(n.buffer.numel for n in nodes if isinstance(n, ir.Pointwise)),)
+
+
+def _may_share_space(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """A cheap necessary condition for ``plan_space`` to accept two groups together."""
+    if len(a) == len(b):
+        return a == b
+    (rows, positions), (numel,) = (a, b) if len(a) == 2 else (b, a)
+    return numel in (rows, rows * positions)  # a pointwise group of row or full nodes
 
 
 def _no_more_bytes(model: TrafficModel, groups: Groups, a: str, b: str) -> bool:
