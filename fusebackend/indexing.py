@@ -191,7 +191,10 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     """Rewrite ``c*ModIdx(y, m) + c*m*FloorDiv(y, m)`` into ``c*y`` until nothing changes.
 
     FloorDiv(x, a*m) equals FloorDiv(FloorDiv(x, a), m), so the mod of a division pairs with a
-    division by the product; repeated, this folds a whole unravel/ravel round trip.
+    division by the product; repeated, this folds a whole unravel/ravel round trip. The partner
+    may also divide ``ModIdx(x, M)`` for a multiple ``M`` of ``a*m`` (the mod that ``ModIdx``'s own
+    rules dropped from inside the first term): ``c*ModIdx(FloorDiv(x, a), m) +
+    c*m*FloorDiv(ModIdx(x, M), a*m)`` is ``c*FloorDiv(ModIdx(x, M), a)``.
     """
     changed = True
     while changed and expr.is_Add:
@@ -208,9 +211,18 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
                 if j == i:
                     continue
                 ocoeff, ofac = other.as_coeff_Mul()
-                if ofac == partner and ocoeff == coeff * m:
+                if ocoeff != coeff * m:
+                    continue
+                folded = None
+                if ofac == partner:
+                    folded = y
+                elif (isinstance(ofac, FloorDiv) and int(ofac.args[1]) == div * m
+                      and isinstance(ofac.args[0], ModIdx) and ofac.args[0].args[0] == base
+                      and int(ofac.args[0].args[1]) % (div * m) == 0):
+                    folded = FloorDiv(ofac.args[0], div) if div > 1 else ofac.args[0]
+                if folded is not None:
                     rest = [t for k, t in enumerate(terms) if k not in (i, j)]
-                    expr = sympy.Add(coeff * y, *rest)
+                    expr = sympy.Add(coeff * folded, *rest)
                     changed = True
                     break
             if changed:

@@ -11,6 +11,7 @@ element). The same kernel shape is run on one row of 20000 for correctness.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import pytest
@@ -394,6 +395,18 @@ def test_second_phases_of_two_split_sums_share_a_launch(monkeypatch: pytest.Monk
     schedule = fusebackend.last_compiled().schedule
     assert kernel_count() == (2 if small else 3), schedule
     assert ("no bytes saved, one launch fewer" in schedule) == small
+
+
+@pytest.mark.parametrize("shape, count", [((8, 64, 32), 1), ((4, 2500, 6), 2)], ids=["one-pass", "padded-split"])
+def test_stored_output_fuses_with_a_sum_over_a_reshape_of_it(shape: tuple[int, ...], count: int) -> None:
+    # g * x is [B, S, H]; the sum runs over g viewed as [B*S, H] (a bias gradient): as many
+    # elements in another shape, matched in row-major order, so g is read once. 10000 rows of 6
+    # split in 39 chunks of 257: the pairs past the end store nothing
+    last = shape[-1]
+    check(lambda g, x: (g * x, g.reshape(-1, last).sum(0)), torch.randn(shape), torch.randn(shape))
+    assert kernel_count() == count, fusebackend.last_compiled().schedule
+    first = kernels()[min(kernels())]
+    assert first.count("tl.store(") == 2 and len(re.findall(r"tl\.load\(in_ptr", first)) == 2
 
 
 def test_small_independent_kernels_share_a_launch() -> None:

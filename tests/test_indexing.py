@@ -61,3 +61,23 @@ def test_div_and_mod_see_through_terms_that_stay_below_a_divisor():
         n = 65536 * values[0] + 1024 * values[1] + values[2]
         assert simplify(FloorDiv(flat, 1048576), ranges).subs(env) == n // 1048576
         assert simplify(ModIdx(flat, 2048), ranges).subs(env) == n % 2048
+
+
+def test_round_trip_through_a_wrapped_index_folds_back():
+    # a split whose chunks overrun the rows wraps its row index (f % 10000); unravelled over
+    # [4, 2500, 6] and ravelled back, it must fold to the flat offset so loads of one address share
+    # one load. The second form pairs a mod of a division with a division of the wrapped index.
+    ranges = {x: 234, r: 512}
+    f = r + 257 * FloorDiv(x, 6)
+    wrapped = 6 * ModIdx(f, 10000) + ModIdx(x, 6)
+    idx = indexing.unravel(wrapped, (4, 2500, 6), (15000, 6, 1))
+    assert simplify(indexing.ravel(idx, (15000, 6, 1)), ranges) == wrapped
+    pair = 7 * ModIdx(FloorDiv(f, 3), 5) + 35 * FloorDiv(ModIdx(f, 30), 15)
+    folded = simplify(pair, ranges)
+    assert folded == 7 * FloorDiv(ModIdx(f, 30), 3)
+    for xv, rv in itertools.product(range(0, 234, 7), range(0, 512, 13)):
+        env = {x: xv, r: rv}
+        assert _evaluate(folded, env) == _evaluate(pair, env)
+    # a mod whose modulus the division does not divide is left alone
+    odd = 7 * ModIdx(f, 5) + 35 * FloorDiv(ModIdx(f, 12), 5)
+    assert simplify(odd, ranges) == odd

@@ -22,12 +22,14 @@ from helpers import assert_same, kernel_count
 # generated pointwise code differs from eager's by an ulp here and there (fused chains round
 # once), which three SGD steps do not amplify beyond this.
 TOL = 1e-5
-# The transformer block needs 1e-4: AOTAutograd decomposes LayerNorm and softmax (forward and
-# backward) into primitive ops whose sums run in another order than eager's fused ATen kernels.
-# The same decompositions run eagerly (aot_autograd with make_boxed_func as compiler) already
-# differ from eager by up to ~6e-5 in LayerNorm weight gradients after two SGD steps, so this is
-# the decomposition's rounding, not the backend's.
-BLOCK_TOL = 1e-4
+# The transformer block is compared with a float64 copy trained alongside: AOTAutograd
+# decomposes LayerNorm and softmax (forward and backward) into primitive ops whose sums run in
+# another order than eager's fused ATen kernels. The same decompositions run eagerly
+# (aot_autograd with make_boxed_func as compiler) already differ from eager by up to ~6e-5 in
+# LayerNorm weight gradients after two SGD steps; on a GPU, fuse's sums differed from eager's by
+# 1.3e-4 in one element of a weight gradient after two steps (2026-11-23). Both are rounding, so
+# the test asks that fuse be no further from float64 than twice eager's distance (plus 1e-5).
+BLOCK_TOL = 1e-5
 
 
 class MLP(nn.Module):
@@ -67,34 +69,58 @@ class Block(nn.Module):
 
 
 def train_side_by_side(model: nn.Module, x: torch.Tensor, steps: int = 3, lr: float = 0.1,
-                       tol: float = TOL) -> None:
-    """Train ``model`` compiled and an eager deep copy; assert they agree after every step."""
+                       tol: float = TOL, against_fp64: bool = False) -> None:
+    """Train ``model`` compiled and an eager deep copy; assert they agree after every step.
+
+    ``against_fp64``: where the two may differ by more than ``tol`` through the order of their
+    sums alone, train a float64 copy as well and assert, for every output, gradient and
+    parameter, that the compiled model is no further from it than twice eager's distance plus
+    ``tol``."""
     eager = copy.deepcopy(model)
+    exact = copy.deepcopy(model).double() if against_fp64 else None
     compiled = torch.compile(model, backend="fuse", fullgraph=True)
     opt_c = torch.optim.SGD(model.parameters(), lr=lr)
     opt_e = torch.optim.SGD(eager.parameters(), lr=lr)
+    opt_x = torch.optim.SGD(exact.parameters(), lr=lr) if exact is not None else None
+
+    def agree(what: str, c: torch.Tensor, e: torch.Tensor, r: torch.Tensor | None, atol: float = tol) -> None:
+        if r is None:
+            try:
+                assert_same(c, e, atol, tol)
+            except AssertionError as exc:
+                raise AssertionError(f"{what} differs\n{exc}") from None
+            return
+        err_c = (c.double() - r).abs().max().item()
+        err_e = (e.double() - r).abs().max().item()
+        assert err_c <= 2 * err_e + atol, f"{what}: {err_c:.3g} from float64, eager {err_e:.3g}"
+
     for step in range(steps):
         # A random upstream gradient: every output element gets a different weight.
         g = torch.randn(eager(x).shape)
-        for opt in (opt_c, opt_e):
+        for opt in (opt_c, opt_e) + ((opt_x,) if opt_x is not None else ()):
             opt.zero_grad()
         out_c = compiled(x)
         out_e = eager(x)
-        assert_same(out_c, out_e, tol, tol)
+        out_x = exact(x.double()) if exact is not None else None
+        agree(f"step {step}: output", out_c, out_e, out_x)
         loss_c, loss_e = (out_c * g).sum(), (out_e * g).sum()
         loss_c.backward()
         loss_e.backward()
-        assert_same(loss_c.detach(), loss_e.detach(), tol * out_e.numel(), tol)
-        for (name, p_c), p_e in zip(model.named_parameters(), eager.parameters()):
+        loss_x = (out_x * g.double()).sum() if out_x is not None else None
+        if loss_x is not None:
+            loss_x.backward()
+        agree(f"step {step}: loss", loss_c.detach(), loss_e.detach(),
+              None if loss_x is None else loss_x.detach(), tol * out_e.numel())
+        params_x = list(exact.parameters()) if exact is not None else [None] * len(list(eager.parameters()))
+        for (name, p_c), p_e, p_x in zip(model.named_parameters(), eager.parameters(), params_x):
             assert p_c.grad is not None, f"step {step}: no gradient for {name}"
-            try:
-                assert_same(p_c.grad, p_e.grad, tol, tol)
-            except AssertionError as exc:
-                raise AssertionError(f"step {step}: gradient of {name} differs\n{exc}") from None
+            agree(f"step {step}: gradient of {name}", p_c.grad, p_e.grad, None if p_x is None else p_x.grad)
         opt_c.step()
         opt_e.step()
-        for (name, p_c), p_e in zip(model.named_parameters(), eager.parameters()):
-            assert_same(p_c.detach(), p_e.detach(), tol, tol)
+        if opt_x is not None:
+            opt_x.step()
+        for (name, p_c), p_e, p_x in zip(model.named_parameters(), eager.parameters(), params_x):
+            agree(f"step {step}: {name}", p_c.detach(), p_e.detach(), None if p_x is None else p_x.detach())
     m = fusebackend.metrics
     assert m.eager_graphs == 0, "a graph fell back to eager"
     names = [a.name for a in fusebackend.history()]
@@ -113,7 +139,7 @@ def test_mlp_3d_input_trains_like_eager() -> None:
 
 
 def test_transformer_block_trains_like_eager() -> None:
-    train_side_by_side(Block(d_model=32, n_heads=4), torch.randn(2, 8, 32), tol=BLOCK_TOL)
+    train_side_by_side(Block(d_model=32, n_heads=4), torch.randn(2, 8, 32), tol=BLOCK_TOL, against_fp64=True)
 
 
 def test_transformer_block_input_gradient() -> None:

@@ -9,7 +9,8 @@ group, the anchor, defines both: rows are its output elements in its buffer's me
 - a *row* node (a pointwise node with one element per row) by unravelling ``xindex`` over its
   buffer;
 - a *full* node (one element per (row, position)) through a reduction of the group whose source
-  has the node's shape: element ``source_index`` of that reduction is the node's element. Where
+  has the node's shape, or its element count in another shape (matched in row-major order):
+  element ``source_index`` of that reduction is the node's element. Where
   that reduction is a split whose chunks overrun the rows, it has more (row, position) pairs
   than the node has elements; the node is stored only where the reduction's ``source_valid``
   holds (``KernelSpace.guards``).
@@ -107,16 +108,20 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
             continue  # inlined where loaded, like any pointwise producer
         elif node.buffer.numel == xnumel * rnumel or _overrun_source(node, reductions) is not None:
             if node.name in stored:
-                source = next((r for r in reductions if r.source_sizes == node.buffer.sizes), None)
+                source = _source_of(node, reductions)
                 if source is None:
                     raise SpaceError(
                         f"{node.name} {list(node.buffer.sizes)} must be stored but matches no reduction's input shape"
                     )
                 rmap = _reduction_mapping(source, ranges)
                 ivars = indexing.loop_vars("i", len(node.buffer.sizes))
+                index = source.source_index
+                if source.source_sizes != node.buffer.sizes:  # the same elements in another shape
+                    flat = indexing.ravel(index, indexing.contiguous_strides(source.source_sizes))
+                    index = tuple(indexing.unravel(flat, node.buffer.sizes, indexing.contiguous_strides(node.buffer.sizes)))
                 mapping[node.name] = {
                     v: indexing.simplify(sympy.sympify(e).xreplace(rmap), ranges)
-                    for v, e in zip(ivars, source.source_index)
+                    for v, e in zip(ivars, index)
                 }
                 if source.source_valid is not None:
                     guards[node.name] = ir.substitute_index(source.source_valid, rmap)
@@ -130,10 +135,23 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     return space
 
 
+def _source_of(node: ir.Node, reductions: Sequence[ir.Reduction]) -> ir.Reduction | None:
+    """The reduction of the group whose (row, position) pairs give ``node``'s elements: one over
+    a tensor of ``node``'s shape, else one over as many elements in another shape (a reshape of
+    it, such as [8192, 1024] for [8, 1024, 1024]), matched in row-major order. Any one-to-one
+    match is correct, since the node computes each element from its own body; row-major order
+    keeps the loads the two share at the same addresses."""
+    same = next((r for r in reductions if r.source_index and r.source_sizes == node.buffer.sizes), None)
+    if same is not None:
+        return same
+    return next((r for r in reductions if r.source_index and math.prod(r.source_sizes) == node.buffer.numel), None)
+
+
 def _overrun_source(node: ir.Node, reductions: Sequence[ir.Reduction]) -> ir.Reduction | None:
-    """A reduction of the group over a tensor of ``node``'s shape whose (row, position) pairs
-    overrun it (a split in unequal chunks): ``node`` then maps onto its pairs where they are valid."""
-    return next((r for r in reductions if r.source_valid is not None and r.source_sizes == node.buffer.sizes), None)
+    """A reduction of the group over ``node``'s elements whose (row, position) pairs overrun them
+    (a split in unequal chunks): ``node`` then maps onto its pairs where they are valid."""
+    source = _source_of(node, reductions)
+    return source if source is not None and source.source_valid is not None else None
 
 
 def _reads_group(node: ir.Node, nodes: Sequence[ir.Node]) -> bool:
