@@ -52,22 +52,28 @@ from benchmarks import timing  # noqa: E402
 
 
 @triton.jit
-def chunk_sums(x, c, s, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
-    """The sums of rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB), RB rows a step."""
+def chunk_sums(x, c, s, N, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr,
+               EVEN: tl.constexpr = True):
+    """The sums of rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB), RB rows a step; unless EVEN
+    (the chunks tile the N rows), rows past N read as zeros."""
     cols = c * XB + tl.arange(0, XB)[None, :]
     acc = tl.zeros([RB, XB], tl.float32)
     for r0 in range(0, R, RB):
         rows = s * R + r0 + tl.arange(0, RB)[:, None]
-        acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
+        if EVEN:
+            acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
+        else:
+            acc += tl.load(x + rows * M + cols, mask=rows < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
     return tl.sum(acc, 0)
 
 
 @triton.jit
-def column_partial(x, part, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr):
+def column_partial(x, part, N, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr,
+                   EVEN: tl.constexpr = True):
     """Phase 1: program (c, s) sums rows [s*R, (s+1)*R) of columns [c*XB, (c+1)*XB) into part[s]."""
     c = tl.program_id(0)
     s = tl.program_id(1)
-    tl.store(part + s * M + c * XB + tl.arange(0, XB), chunk_sums(x, c, s, M, R, XB, RB))
+    tl.store(part + s * M + c * XB + tl.arange(0, XB), chunk_sums(x, c, s, N, M, R, XB, RB, EVEN))
 
 
 @triton.jit
@@ -90,7 +96,7 @@ def column_sum_one_kernel(x, part, count, out, M: tl.constexpr, R: tl.constexpr,
     c = tl.program_id(0)
     s = tl.program_id(1)
     cols1 = c * XB + tl.arange(0, XB)
-    tl.store(part + s * M + cols1, chunk_sums(x, c, s, M, R, XB, RB))
+    tl.store(part + s * M + cols1, chunk_sums(x, c, s, R * S, M, R, XB, RB))
     tl.debug_barrier()
     arrived = tl.atomic_add(count + c, 1, sem="acq_rel", scope="gpu")
     if arrived == S - 1:
@@ -109,23 +115,6 @@ def read_only_sum(x, out, CH: tl.constexpr, B: tl.constexpr):
     tl.store(out + p, tl.sum(acc, 0))
 
 
-@triton.jit
-def chunk_partial(x, part, N, M: tl.constexpr, R: tl.constexpr, XB: tl.constexpr, RB: tl.constexpr,
-                  EVEN: tl.constexpr):
-    """Phase 1 for any chunk count: rows past N (a last chunk that overruns) read as zeros."""
-    c = tl.program_id(0)
-    s = tl.program_id(1)
-    cols = c * XB + tl.arange(0, XB)[None, :]
-    acc = tl.zeros([RB, XB], tl.float32)
-    for r0 in range(0, R, RB):
-        rows = s * R + r0 + tl.arange(0, RB)[:, None]
-        if EVEN:
-            acc += tl.load(x + rows * M + cols, eviction_policy="evict_first").to(tl.float32)
-        else:
-            acc += tl.load(x + rows * M + cols, mask=rows < N, other=0.0, eviction_policy="evict_first").to(tl.float32)
-    tl.store(part + s * M + c * XB + tl.arange(0, XB), tl.sum(acc, 0))
-
-
 Variant = Callable[[torch.Tensor], Any]  # returns the column sums, or None for a partial pass
 
 
@@ -135,7 +124,7 @@ def two_kernels(n: int, m: int, xb: int, rb: int, split: int, warps: int, pdl: b
     extra = {"launch_pdl": True} if pdl else {}
 
     def run(x: torch.Tensor) -> torch.Tensor | None:
-        column_partial[(m // xb, split)](x, part, m, n // split, xb, rb, num_warps=warps)
+        column_partial[(m // xb, split)](x, part, n, m, n // split, xb, rb, num_warps=warps)
         if not finish:
             return None
         out = torch.empty(m, dtype=torch.bfloat16)
@@ -205,7 +194,7 @@ def sweep_phase1(n: int, m: int, floors: dict[str, float]) -> None:
 
             def run(t: torch.Tensor, xb: int = xb, rb: int = rb, warps: int = warps, rows: int = rows,
                     part: torch.Tensor = part, even: bool = even) -> None:
-                chunk_partial[(m // xb, part.shape[0])](t, part, n, m, rows, xb, rb, even, num_warps=warps)
+                column_partial[(m // xb, part.shape[0])](t, part, n, m, rows, xb, rb, even, num_warps=warps)
 
             run(x)
             if even:

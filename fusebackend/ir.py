@@ -463,7 +463,7 @@ class IRGraph:
     ``mutations`` maps a pointwise node's buffer to the input buffer it is written into, in place
     (an ``aten.copy_`` into a graph input, such as batch norm's running statistics): the wrapper
     passes the input's memory as the node's output, and nothing else reads the input after the
-    node or at another element (``lowering.graph`` proves it before it records one).
+    node or at another element (``lowering.mutations`` proves it before one is recorded).
     """
 
     name: str

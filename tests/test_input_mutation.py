@@ -131,7 +131,7 @@ def test_a_slice_of_a_larger_tensor_is_copied_by_aten() -> None:
 
 def test_in_place_reason_names_what_blocks_it() -> None:
     from fusebackend import indexing, ir
-    from fusebackend.lowering.graph import _in_place_reason
+    from fusebackend.lowering.mutations import in_place_reason
 
     x = ir.Buffer("arg0", torch.float32, (8,), (1,))
     (i,) = indexing.loop_vars("i", 1)
@@ -147,7 +147,7 @@ def test_in_place_reason_names_what_blocks_it() -> None:
     def graph(*nodes: ir.Node, outputs: tuple[ir.Buffer, ...] = ()) -> ir.IRGraph:
         return ir.IRGraph("g", torch.device("cpu"), [x], list(nodes), [b.whole() for b in outputs])
 
-    assert _in_place_reason(graph(scaled, write), write, x) is None
-    assert "another element" in _in_place_reason(graph(shifted, write_shifted), write_shifted, x)
-    assert "result of its own" in _in_place_reason(graph(scaled, write, outputs=(scaled.buffer,)), write, x)
-    assert "returns it" in _in_place_reason(graph(scaled, write, outputs=(x,)), write, x)
+    assert in_place_reason(graph(scaled, write), write, x) is None
+    assert "another element" in in_place_reason(graph(shifted, write_shifted), write_shifted, x)
+    assert "result of its own" in in_place_reason(graph(scaled, write, outputs=(scaled.buffer,)), write, x)
+    assert "returns it" in in_place_reason(graph(scaled, write, outputs=(x,)), write, x)

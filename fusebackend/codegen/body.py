@@ -23,7 +23,8 @@ import torch
 from fusebackend import indexing, ir
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal, render_op
 from fusebackend.scheduler import KernelPlan
-from fusebackend.scheduler.space import R, X, KernelSpace, producer_index
+from fusebackend.inlining import producer_index
+from fusebackend.scheduler.space import R, X, KernelSpace
 
 INT32_MAX = 2**31 - 1
 

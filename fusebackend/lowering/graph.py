@@ -21,7 +21,7 @@ returns, say) are not lowered at all, unless they mutate something.
 
 An ``aten.copy_`` into a graph input (AOTAutograd leaves batch norm's running statistics to the
 graph that way) becomes a pointwise node that the wrapper points at the input's memory, so the
-kernel computing the new value stores it in place, where that is safe (``_in_place_reason``):
+kernel computing the new value stores it in place, where that is safe (``mutations``):
 what reads the input must only flow into that node, at the element it writes. Otherwise it is
 an extern ``copy_`` after everything else, as any mutation.
 """
@@ -40,6 +40,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics
+from fusebackend.lowering.mutations import in_place_reason
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
 
 aten = torch.ops.aten
@@ -150,74 +151,6 @@ def split_count(xnumel: int, rnumel: int, column: bool) -> int:
         return 1
     split = 1 << (want.bit_length() - 1)  # a power of two: divides power-of-two lengths
     return split if rnumel % split == 0 else want
-
-
-def _in_place_reason(graph: ir.IRGraph, copy: ir.Pointwise, target: ir.Buffer) -> str | None:
-    """Why ``copy`` cannot write its value into ``target`` in place; None when it can.
-
-    It can when nothing but ``copy`` needs the input's old contents after ``copy`` has run: every
-    node that reads ``target``, directly or through other nodes, is pointwise, returns nothing,
-    and flows only into ``copy``; and ``copy``'s value at each element reads ``target`` at that
-    element alone. Each lane of the kernel that stores ``copy`` then reads its element before it
-    writes it, and no other lane, program or later kernel reads it.
-    """
-    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
-    if target.name in returned or copy.buffer.name in returned:
-        return "the graph returns it"
-    tainted: dict[str, ir.Node] = {}  # nodes whose values depend on the input's contents
-    readers: dict[str, int] = {}
-    for node in graph.nodes:
-        names = {v.buffer.name for v in node.reads()}
-        for name in names:
-            readers[name] = readers.get(name, 0) + 1
-        if target.name in names or names & tainted.keys():
-            tainted[node.name] = node
-    if readers.get(copy.buffer.name):
-        return "something reads the copy"
-    for node in tainted.values():
-        if node is copy:
-            continue
-        if not isinstance(node, ir.Pointwise):
-            return f"{node.name} reads the input and is not pointwise"
-        if node.name in returned or not readers.get(node.name):
-            return f"{node.name} reads the input and is a result of its own"
-    # the copy's value with every tainted producer inlined: its loads of the input
-    ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
-    ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
-    written = indexing.ravel(list(ivars), target.strides, 0)
-
-    def inline(expr: ir.Expr) -> ir.Expr:
-        def leaf(e: ir.Expr) -> ir.Expr | None:
-            if isinstance(e, ir.IndirectLoad) and e.view.buffer.name in tainted.keys() | {target.name}:
-                raise _NotInPlace(f"a gather reads {e.view.buffer.name}")
-            if not isinstance(e, ir.Load) or e.view.buffer.name not in tainted:
-                return None
-            producer = tainted[e.view.buffer.name]
-            assert isinstance(producer, ir.Pointwise)
-            buf = producer.buffer
-            flat = indexing.ravel(list(e.index), e.view.strides, e.view.offset)
-            pidx = indexing.unravel(flat, buf.sizes, buf.strides)
-            pvars = indexing.loop_vars("i", len(buf.sizes))
-            return inline(ir.substitute_index(producer.body, dict(zip(pvars, pidx))))
-
-        return ir.map_expr(expr, leaf)
-
-    try:
-        value = inline(copy.body)
-    except _NotInPlace as exc:
-        return str(exc)
-    for load in ir.loads(value):
-        if load.view.buffer.name != target.name:
-            continue
-        read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
-        unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
-        if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
-            return "its value reads the input at another element"
-    return None
-
-
-class _NotInPlace(Exception):
-    pass
 
 
 def _check_matches(result: Any, out_meta: Any) -> None:
@@ -349,7 +282,7 @@ class GraphLowering:
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)  # nodes: the same list
         for copy, target, meta in self.copies:
-            reason = _in_place_reason(graph, copy, target)
+            reason = in_place_reason(graph, copy, target)
             if reason is None and target.name not in graph.mutations.values():
                 graph.mutations[copy.buffer.name] = target.name
                 continue
@@ -431,15 +364,15 @@ class GraphLowering:
             return None
         if self.input_index[dst.view.buffer] in self.moved_inputs:
             return None  # the kernel would write the device copy of a host tensor
+        if not indexing.is_dense(dst.view.buffer.sizes, dst.view.buffer.strides):
+            return None  # a layout no node writes (a slice of a larger tensor)
         try:
             value = self.lower_node(aten.copy.default, POINTWISE[aten.copy.default], args[:2], {}, out_meta)
         except Unsupported:
             return None
         copy = self.nodes[-1]
         assert isinstance(copy, ir.Pointwise) and copy.buffer == value.view.buffer
-        if copy.buffer.strides != dst.view.buffer.strides:  # a layout a node cannot write (not dense)
-            self.nodes.pop()
-            return None
+        assert copy.buffer.strides == dst.view.buffer.strides  # the meta output is dst: its layout
         self.nodes[-1] = dataclasses.replace(copy, origin="aten.copy_.default (into an input)")
         self.copies.append((self.nodes[-1], dst.view.buffer, out_meta))
         return dst

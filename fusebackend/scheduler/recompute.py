@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import sympy
-
-from fusebackend import indexing, ir
-from fusebackend.scheduler.space import producer_index
+from fusebackend import ir
+from fusebackend.inlining import substitute
 
 MAX_OPS = 24  # distinct ops of an expansion cheap enough to evaluate again in every reader
 
@@ -62,7 +60,7 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in candidates)
             if used:
                 names = tuple(f"{name} ({candidates[name].origin})" for name in used)
-                node = dataclasses.replace(node, body=_substitute(node, candidates),
+                node = dataclasses.replace(node, body=substitute(node, candidates),
                                            recomputes=node.recomputes + names)
         nodes.append(node)
     unread = _unread(graph, nodes) - _unread(graph, graph.nodes)  # made unread by the substitution
@@ -78,7 +76,7 @@ def _expansions(graph: ir.IRGraph) -> dict[str, ir.Pointwise]:
     for node in graph.nodes:
         if not isinstance(node, ir.Pointwise):
             continue
-        expanded = dataclasses.replace(node, body=_substitute(node, out))
+        expanded = dataclasses.replace(node, body=substitute(node, out))
         if len(_distinct_ops(expanded.body)) <= MAX_OPS:
             out[node.name] = expanded
     return out
@@ -123,24 +121,6 @@ def _cheap(expanded: ir.Pointwise) -> bool:
         if ld.view.distinct_elements() >= expanded.buffer.numel
     )
     return per_element <= expanded.buffer.dtype.itemsize
-
-
-def _substitute(node: ir.Pointwise | ir.Reduction, inlined: dict[str, ir.Pointwise]) -> ir.Expr:
-    """``node``'s body with each plain load of an ``inlined`` buffer replaced by that node's body."""
-    ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), node.ranges))
-    if isinstance(node, ir.Reduction):
-        ranges.update(zip(indexing.loop_vars("r", len(node.reduction_ranges)), node.reduction_ranges))
-
-    def leaf(e: ir.Expr) -> ir.Expr | None:
-        if not isinstance(e, ir.Load) or e.view.buffer.name not in inlined:
-            return None
-        producer = inlined[e.view.buffer.name]
-        idx = [indexing.simplify(sympy.sympify(i), ranges) for i in e.index]
-        pidx = producer_index(producer, e.view, idx, ranges)
-        pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
-        return ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
-
-    return ir.map_expr(node.body, leaf)
 
 
 def _unread(graph: ir.IRGraph, nodes: list[ir.Node]) -> set[str]:

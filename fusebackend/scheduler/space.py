@@ -30,6 +30,7 @@ from typing import Sequence
 import sympy
 
 from fusebackend import indexing, ir
+from fusebackend.inlining import producer_index
 
 X = indexing.var("xindex")
 R = indexing.var("rindex")
@@ -200,17 +201,6 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
     for node in nodes:
         if node.name in space.mapping:
             walk(node, space.mapping[node.name])
-
-
-def producer_index(
-    producer: ir.Node, view: ir.View, idx: Sequence[sympy.Expr], ranges: dict[sympy.Symbol, int]
-) -> list[sympy.Expr]:
-    """The index into ``producer``'s own dims of element ``view[idx]`` of the buffer it writes."""
-    buf = producer.buffer
-    if view.is_whole():
-        return list(idx)
-    flat = indexing.ravel(idx, view.strides, view.offset)
-    return [indexing.simplify(e, ranges) for e in indexing.unravel(flat, buf.sizes, buf.strides)]
 
 
 def numel(node: ir.Node) -> int:
