@@ -14,6 +14,8 @@ from fusebackend.backend import fuse
 from fusebackend import dump
 from fusebackend.dump import CompiledArtifacts, history, last as last_compiled
 from fusebackend.explain import Explanation, explain
+from fusebackend.checking import CheckReport, check_kernels
 
-__all__ = ["config", "use_interpreter", "metrics", "dump", "fuse", "explain", "Explanation", "last_compiled", "history", "CompiledArtifacts"]
+__all__ = ["config", "use_interpreter", "metrics", "dump", "fuse", "explain", "Explanation", "last_compiled", "history", "CompiledArtifacts",
+           "check_kernels", "CheckReport"]
 __version__ = "0.1.0"

@@ -4,8 +4,14 @@
 forward and backward graphs (functionalized, decomposed with ``decompositions.py``) and hands each
 to a ``FusedGraph``. A FusedGraph compiles lazily, on the first call with each input signature
 (shapes, strides, dtypes, devices, and the values of int arguments), so dynamic shapes become a
-set of static specializations. If compiling a graph fails, or its first run raises, that graph
-runs eagerly from then on, after one warning that names the error: never a wrong answer.
+set of static specializations.
+
+If compiling a graph fails, or its first run raises before anything was written, one warning
+names the error and the graph runs eagerly from then on: never a wrong answer, and no slower than
+eager. A forward or inference graph hands the call back (``RunDynamoGraph``) to the function
+``fuse`` returned, which then runs the graph Dynamo gave us, with the original, undecomposed ops:
+exactly what eager runs. A backward graph has no such graph to return to and runs AOTAutograd's
+decomposed backward graph op by op.
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ def input_key(args: Sequence[Any]) -> tuple:
     ])
 
 
+class RunDynamoGraph(Exception):
+    """A forward or inference graph cannot run compiled: run Dynamo's graph eagerly instead."""
+
+
 class _Entry:
     def __init__(self, call: Callable[[list[Any]], Any], proven: bool) -> None:
         self.call = call
@@ -49,12 +59,15 @@ class _Entry:
 class FusedGraph:
     """A graph from AOTAutograd, compiled per input signature; called with a list of inputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, to_dynamo_graph: bool = False) -> None:
         # Called with one list of inputs that it may clear (AOTAutograd's boxed convention); an
         # instance attribute, so that wrappers made with functools.wraps carry it too.
         self._boxed_call = True
         self.gm = gm
         self.name = name
+        # On failure: hand the call back to Dynamo's graph (forward and inference graphs), or
+        # run this graph's own ATen ops one by one (backward graphs)
+        self.to_dynamo_graph = to_dynamo_graph
         self.cache: dict[tuple, _Entry] = {}
         self.mutates = any(
             isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
@@ -68,12 +81,15 @@ class FusedGraph:
         return self.gm(*inputs)
 
     def _fall_back(self, key: tuple, what: str, exc: BaseException) -> _Entry:
+        how = "Dynamo's graph" if self.to_dynamo_graph else "this graph's ATen ops"
         warnings.warn(
             f"fusebackend: {what} graph {self.name} failed ({type(exc).__name__}: {exc}); "
-            f"running this graph eagerly",
+            f"running {how} eagerly",
             stacklevel=3,
         )
         metrics.eager_graphs += 1
+        if self.to_dynamo_graph:
+            raise RunDynamoGraph(self.name) from exc
         entry = _Entry(self._eager, True)
         self.cache[key] = entry
         return entry
@@ -109,14 +125,52 @@ class FusedGraph:
 
 def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], FusedGraph]:
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FusedGraph:
-        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}")
+        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}", to_dynamo_graph=kind != "backward")
 
     return compile_fn
 
 
+class _DynamoGraphOnFailure:
+    """What ``fuse`` returns: AOTAutograd's compiled function, or Dynamo's graph once one of its
+    forward or inference graphs could not run compiled (``RunDynamoGraph``)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compiled: Callable[..., Any]) -> None:
+        self.gm = gm
+        self.compiled: Callable[..., Any] | None = compiled
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args)
+            except RunDynamoGraph:
+                self.compiled = None  # the warning named the error; eager from now on
+        return self.gm(*args)
+
+
+def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[..., Any]:
+    warnings.warn(
+        f"fusebackend: tracing the graph with AOTAutograd failed ({type(exc).__name__}: {exc}); "
+        "running Dynamo's graph eagerly",
+        stacklevel=2,
+    )
+    metrics.eager_graphs += 1
+    return gm
+
+
 def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
-    backend = aot_autograd(
+    try:
+        compiled = _aot_backend()(gm, example_inputs)
+    except torch._dynamo.exc.TorchDynamoException:
+        raise  # Dynamo's own control flow (restarting an analysis)
+    except Exception as exc:  # AOTAutograd could not trace it: nothing of ours to run
+        return _eager_after_warning(gm, exc)
+    # not traced by Dynamo when called from the code it generated (as AOTAutograd's result isn't)
+    return torch._dynamo.disable(_DynamoGraphOnFailure(gm, compiled))
+
+
+def _aot_backend() -> Callable[..., Any]:
+    return aot_autograd(
         fw_compiler=_compiler("forward"),
         bw_compiler=_compiler("backward"),
         inference_compiler=_compiler("inference"),
@@ -126,4 +180,3 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
         # graph, where the kernel that computes the new value writes it in place
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)

@@ -55,6 +55,10 @@ class Config:
     # capability 9.0 and later). Off by default until measured on whole models: see
     # ``runtime.use_pdl``.
     pdl: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_PDL", 0) != 0)
+    # FUSE_CHECK_KERNELS: 1 compiles graphs that, on every call, compare each buffer a kernel or
+    # ATen call stores with the value eager computes for the same ATen node, and record the
+    # comparisons (``fusebackend.checking``). Slow: for finding the first wrong kernel.
+    check_kernels: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_CHECK_KERNELS", 0) != 0)
 
     @contextlib.contextmanager
     def patch(self, **overrides: Any) -> Iterator[None]:

@@ -109,6 +109,12 @@ OP_ARITY: dict[str, int] = {
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+# The dtypes generated kernels load, compute and store. An op with a tensor of another dtype
+# (complex, float8, unsigned 16-64 bit) stays an ATen call, as does a view that changes the
+# dtype or carries a conjugate or negative bit: a View is a window of its buffer's elements.
+KERNEL_DTYPES = frozenset(FLOAT_DTYPES + (
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool))
+
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype arithmetic happens in: half types widen to fp32, small ints to int32."""
@@ -464,6 +470,8 @@ class IRGraph:
     (an ``aten.copy_`` into a graph input, such as batch norm's running statistics): the wrapper
     passes the input's memory as the node's output, and nothing else reads the input after the
     node or at another element (``lowering.mutations`` proves it before one is recorded).
+    ``constants`` are tensors the graph holds (FX ``get_attr`` nodes, such as the empty tensor a
+    key-value cache starts from): buffers the wrapper binds by name, each with its value.
     """
 
     name: str
@@ -472,6 +480,10 @@ class IRGraph:
     nodes: list[Node]
     outputs: list[Any]
     mutations: dict[str, str] = dataclasses.field(default_factory=dict)
+    constants: list[tuple[Buffer, torch.Tensor]] = dataclasses.field(default_factory=list)
+    # buffer name -> the FX node whose value it holds (``node`` or ``node[k]`` for one of several
+    # results), where it holds one whole: what ``fusebackend.checking`` compares with eager
+    fx_values: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {b.name: n for n in self.nodes for b in written_buffers(n)}
@@ -482,12 +494,15 @@ class IRGraph:
         return {o.buffer.name for o in self.outputs if isinstance(o, View)} | set(self.mutations)
 
     def input_buffers(self) -> list[Buffer]:
-        return [b for b in self.inputs if isinstance(b, Buffer)]
+        """Buffers in memory before the graph runs: its tensor arguments and its constants."""
+        return [b for b in self.inputs if isinstance(b, Buffer)] + [b for b, _ in self.constants]
 
     def __str__(self) -> str:
         lines = [f"graph {self.name} on {self.device}"]
         for k, inp in enumerate(self.inputs):
             lines.append(f"  input {k}: {inp}")
+        for buf, _ in self.constants:
+            lines.append(f"  constant {buf}")
         for node in self.nodes:
             lines.extend("  " + line for line in format_node(node).splitlines())
         for buf, target in self.mutations.items():
@@ -554,7 +569,7 @@ def verify(graph: IRGraph) -> None:
     for out in graph.outputs:
         if isinstance(out, View):
             assert defined.get(out.buffer.name) == out.buffer, f"output {out} is never written"
-    inputs = {b.name: b for b in graph.input_buffers()}
+    inputs = {b.name: b for b in graph.inputs if isinstance(b, Buffer)}
     pointwise = {n.name: n for n in graph.nodes if isinstance(n, Pointwise)}
     for name, target in graph.mutations.items():
         assert name in pointwise and target in inputs, f"{name} -> {target}: not a pointwise node into an input"

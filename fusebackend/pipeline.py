@@ -7,8 +7,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fusebackend import codegen, dump, ir, lowering, metrics, scheduler
-from fusebackend.config import use_interpreter
+from fusebackend import checking, codegen, dump, ir, lowering, metrics, scheduler
+from fusebackend.config import config, use_interpreter
 from fusebackend.kernels import runtime
 
 
@@ -30,9 +30,11 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> C
         sched = scheduler.schedule(graph)
     with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
         kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device))
-        wrapper = codegen.generate_wrapper(sched, kernels, moved)
+        wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call = _load(wrapper, kernels, name)
+    if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
+        call.__globals__["observe"] = checking.Observer(gm, name, graph.fx_values)
     metrics.graphs_compiled += 1
     metrics.kernels_generated += len(kernels)
     artifacts = dump.CompiledArtifacts(

@@ -51,16 +51,20 @@ def view_expr(v: ir.View) -> str:
     return f"view({v.buffer.name}, {v.sizes}, {v.strides}, {v.offset})"
 
 
-def _step_reads(step: KernelPlan | ExternCall, kernel: KernelSource | None) -> list[str]:
+def _step_reads(step: KernelPlan | ExternCall, kernel: KernelSource | None, mutations: dict[str, str]) -> list[str]:
+    """The names a step uses: what it reads, and the inputs it writes in place."""
     if isinstance(step, ExternCall):
         return [v.buffer.name for v in step.node.reads()]
     assert kernel is not None
-    return list(kernel.args)
+    return list(kernel.args) + [mutations[b.name] for b in step.stored if b.name in mutations]
 
 
 def generate_wrapper(
-    schedule: Schedule, kernels: list[KernelSource], moved_inputs: list[int]
+    schedule: Schedule, kernels: list[KernelSource], moved_inputs: list[int], observe: bool = False
 ) -> WrapperSource:
+    """The wrapper's source. With ``observe`` (``config.check_kernels``) it also hands the inputs
+    to ``observe.start`` and, after each step, the buffers it stored that hold an ATen node's
+    value to ``observe`` (``fusebackend.checking``), which the loader binds."""
     graph = schedule.graph
     constants: dict[str, Any] = {}
     plan_kernel = {id(k.plan): k for k in kernels}
@@ -68,8 +72,12 @@ def generate_wrapper(
     returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
     last_use: dict[str, int] = {}
     for k, step in enumerate(steps):
-        for name in _step_reads(step, plan_kernel.get(id(step))):
+        for name in _step_reads(step, plan_kernel.get(id(step)), graph.mutations):
             last_use[name] = k
+    for buf, value in graph.constants:  # module globals, never deleted
+        constants[buf.name] = value
+        last_use.pop(buf.name, None)
+    used = set(last_use) | returned
 
     w = LineWriter()
     w.line(f"# fusebackend wrapper for graph {graph.name}")
@@ -89,6 +97,8 @@ def generate_wrapper(
             else:
                 w.line("empty = empty_any")
         names = [b.name if isinstance(b, ir.Buffer) else f"arg{k}" for k, b in enumerate(graph.inputs)]
+        if observe:
+            w.line("observe.start(args)")
         if names:
             w.line(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
         w.line("args.clear()")
@@ -96,9 +106,11 @@ def generate_wrapper(
             w.line(f"{names[k]} = {names[k]}.to(device)")
         for k, step in enumerate(steps):
             if isinstance(step, ExternCall):
-                _extern(w, step.node, constants)
+                _extern(w, step.node, constants, used)
             else:
                 _launch(w, plan_kernel[id(step)], graph.mutations)
+            if observe:
+                _observe(w, k, step, plan_kernel.get(id(step)), graph.fx_values, used)
             dead = sorted(n for n, last in last_use.items() if last == k and n not in returned)
             if dead:
                 w.line(f"del {', '.join(dead)}")
@@ -107,7 +119,24 @@ def generate_wrapper(
     return WrapperSource(w.source(), constants)
 
 
-def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any]) -> None:
+def _observe(w: LineWriter, k: int, step: KernelPlan | ExternCall, kernel: KernelSource | None,
+             fx_values: dict[str, str], used: set[str]) -> None:
+    if isinstance(step, ExternCall):
+        label, written = f"extern {step.node.op}", [b for _, b in step.node.outputs if b.name in used]
+    else:
+        assert kernel is not None
+        label, written = kernel.name, list(step.stored)
+    held = [b.name for b in written if b.name in fx_values]
+    if held:
+        w.line(f"observe({k}, {label!r}, {{{', '.join(f'{n!r}: {n}' for n in held)}}})")
+
+
+def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set[str]) -> None:
+    """The ATen call, and each of its results that something uses, in the layout promised.
+
+    A result nothing uses is not touched: ATen may return None there where its meta function
+    promised a tensor (the log-sum-exp of an attention kernel asked for no gradient).
+    """
     args = [_render(a, constants) for a in node.args]
     args += [f"{k}={_render(v, constants)}" for k, v in node.kwargs]
     call = f"torch.ops.{node.op}({', '.join(args)})"
@@ -117,13 +146,15 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any]) -> None:
         return
     w.line(f"{node.name} = {call}")
     for path, buf in node.outputs:
-        if path == ():
+        if path == () or buf.name not in used:
             continue
         ref = node.name + "".join(f"[{p}]" for p in path)
         if node.mutates:
             w.line(f"{buf.name} = {ref}")
         else:
             w.line(f"{buf.name} = expect_layout({ref}, {buf.sizes}, {buf.strides})")
+    if all(path != () for path, _ in node.outputs):
+        w.line(f"del {node.name}")  # the results it holds are freed after their own last use
 
 
 def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str]) -> None:

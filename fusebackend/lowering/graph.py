@@ -199,6 +199,37 @@ def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
     return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
 
 
+def _beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
+    """Why an op must stay an ATen call whatever its lowering: a tensor kernels cannot hold
+    (``ir.KERNEL_DTYPES``), a conjugate or negative bit, or a view to another dtype."""
+    ins = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
+    outs = [t for t in pytree.tree_leaves(out_meta) if isinstance(t, torch.Tensor)]
+    for t in ins + outs:
+        if t.dtype not in ir.KERNEL_DTYPES:
+            return f"a {t.dtype} tensor"
+        if t.is_conj() or t.is_neg():
+            return "a tensor with a conjugate or negative bit"
+    return None
+
+
+def _traced_meta(node: torch.fx.Node, target: Any, exc: Exception) -> Any:
+    """Meta tensors with the sizes, strides and dtypes of ``node``'s traced value (a fake
+    tensor), for an op that has no meta kernel; Unsupported where there is none, or its sizes
+    depend on data."""
+    traced = node.meta.get("val")
+
+    def meta(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        if not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
+            raise Unsupported(f"{target} has no meta kernel and a data-dependent shape")
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+
+    if traced is None:
+        raise Unsupported(f"{target} has no meta implementation: {exc}") from exc
+    return pytree.tree_map(meta, traced)
+
+
 def is_view_op(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or not schema.returns:
@@ -226,6 +257,8 @@ class GraphLowering:
         self.copies: list[tuple[ir.Pointwise, ir.Buffer, Any]] = []  # copy_ into an input: node, input, meta
         self.input_index: dict[ir.Buffer, int] = {}  # tensor inputs and their argument positions
         self.out_meta: Any = None  # the current op's meta output, for composite lowerings
+        self.constants: list[tuple[ir.Buffer, torch.Tensor]] = []  # get_attr tensors
+        self.fx_values: dict[str, str] = {}  # buffer -> FX node whose value it holds
         self.origin = ""
 
     # ---------------------------------------------------------------------------- helpers
@@ -272,15 +305,19 @@ class GraphLowering:
             if node.op == "call_function":
                 if node in live:
                     self.env[node] = self.call_function(node)
+                    self._record_fx_value(node)
             elif node.op == "output":
                 result = pytree.tree_map(
                     lambda v: v.view if isinstance(v, TensorArg) else v,
                     self._lookup(node.args[0]),
                 )
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+            elif node.op == "get_attr":
+                self.env[node] = self._constant(node)
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
-        graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs)  # nodes: the same list
+        graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
+                           constants=self.constants, fx_values=self.fx_values)
         for copy, target, meta in self.copies:
             reason = in_place_reason(graph, copy, target)
             if reason is None and target.name not in graph.mutations.values():
@@ -291,6 +328,30 @@ class GraphLowering:
             self.extern(aten.copy_.default, (TensorArg(target.whole(), meta), TensorArg(copy.buffer.whole(), meta)),
                         {}, meta, reason=f"not in place: {reason or 'the input is written twice'}")
         return graph
+
+    def _record_fx_value(self, node: torch.fx.Node) -> None:
+        """Remember which buffers hold this node's results whole (first node to hold one wins:
+        a later view of the whole buffer holds the same values)."""
+        value = self.env[node]
+        leaves = [((), value)] if isinstance(value, TensorArg) else (
+            [((k,), v) for k, v in enumerate(value)] if isinstance(value, (list, tuple)) else [])
+        for path, leaf in leaves:
+            if isinstance(leaf, TensorArg) and leaf.view.is_whole():
+                label = node.name + "".join(f"[{k}]" for k in path)
+                self.fx_values.setdefault(leaf.view.buffer.name, label)
+
+    def _constant(self, node: torch.fx.Node) -> TensorArg:
+        """A tensor the graph module holds (``get_attr``): a buffer bound into the wrapper."""
+        value: Any = self.gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(f"FX constant {node.target} is a {type(value).__name__}, not a tensor")
+        value = value.detach().to(self.device)  # as an input on another device is moved
+        buf = ir.Buffer(f"const_{len(self.constants)}", value.dtype, tuple(value.shape), tuple(value.stride()))
+        self.constants.append((buf, value))
+        meta = torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta")
+        return self._tensor_arg(buf, meta)
 
     def _lookup(self, value: Any) -> Any:
         return pytree.tree_map(
@@ -312,14 +373,20 @@ class GraphLowering:
             return result
         try:
             out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
-        except Exception as exc:  # no meta kernel: a data-dependent or exotic op
-            raise Unsupported(f"{target} has no meta implementation: {exc}") from exc
+        except Exception as exc:  # no meta kernel: the traced value says what it returns
+            return self.extern(target, args, kwargs, _traced_meta(node, target, exc), reason="no meta kernel")
         leaves = pytree.tree_leaves(out_meta)
         if not any(isinstance(t, torch.Tensor) for t in leaves):
             if target._schema.is_mutable:
                 return self.extern(target, args, kwargs, out_meta)
             return out_meta  # sizes, strides and other non-tensor results
+        reason = _beyond_kernels(args, kwargs, out_meta)
+        if reason is not None:
+            return self.extern(target, args, kwargs, out_meta, reason=reason)
         if is_view_op(target):
+            base = args[0]
+            if any(t.dtype != base.dtype for t in leaves if isinstance(t, torch.Tensor)):
+                return self.extern(target, args, kwargs, out_meta, reason="a view as another dtype")
             return self.view(args, out_meta)
         if target is aten.copy_.default and not node.users:
             into = self._copy_into_input(args, out_meta)
