@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import itertools
 from typing import Iterable
 
 from fusebackend import ir
@@ -134,28 +135,45 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
 
 
 def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision], list[Refusal]]:
+    """Greedy fusion: the legal candidate that saves the most bytes first, until none saves any.
+
+    Candidates wait in a heap by bytes saved (ties: vertical before horizontal, then graph
+    order). A candidate's score and legality depend only on its two groups' members, except
+    that a merge elsewhere may create a path between them (reachability only grows), so a
+    candidate is checked when it is popped, and dropped when either group has changed since it
+    was scored: a merge pushes the merged group's new candidates.
+    """
     groups = Groups(graph)
     decisions: list[Decision] = []
     refusals: dict[tuple[str, str], Refusal] = {}
     if not config.fusion:
         return groups, decisions, []
-    while True:
-        best: tuple[int, str, str, str] | None = None
-        for a, b, kind in _candidates(groups, model):
-            saved = model.bytes_saved(groups.members[a], groups.members[b])
-            if saved <= 0 or (best is not None and saved <= best[0]):
-                continue
-            reason = why_not(groups, model, a, b)
-            if reason is not None:
-                key = (a, b)
-                refusals[key] = Refusal(tuple(groups.members[a]), tuple(groups.members[b]), reason)
-                continue
-            best = (saved, a, b, kind)
-        if best is None:
-            break
-        saved, a, b, kind = best
-        decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), kind, saved))
-        groups.merge(a, b)
+    stamps = itertools.count()
+    version = {g: next(stamps) for g in groups.members}
+    heap: list[tuple[int, int, int, int, str, str, str, int, int]] = []
+
+    def push(a: str, b: str, kind: str) -> None:
+        saved = model.bytes_saved(groups.members[a], groups.members[b])
+        if saved > 0:
+            entry = (-saved, _KIND_RANK[kind], groups.order[a], groups.order[b], a, b, kind, version[a], version[b])
+            heapq.heappush(heap, entry)
+
+    for a, b, kind in _candidates(groups, model):
+        push(a, b, kind)
+    while heap:
+        neg_saved, _, _, _, a, b, kind, va, vb = heapq.heappop(heap)
+        if version.get(a) != va or version.get(b) != vb:
+            continue  # scored before one of the two changed
+        reason = why_not(groups, model, a, b)
+        if reason is not None:
+            refusals[(a, b)] = Refusal(tuple(groups.members[a]), tuple(groups.members[b]), reason)
+            continue
+        decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), kind, -neg_saved))
+        keep = groups.merge(a, b)
+        del version[b if keep == a else a]
+        version[keep] = next(stamps)
+        for x, y, k in _candidates_of(groups, model, keep):
+            push(x, y, k)
     _merge_siblings(groups, model, decisions)
     # Keep only refusals between groups that survived (earlier ones were superseded by merges).
     final = {
@@ -221,6 +239,27 @@ def _no_more_bytes(model: TrafficModel, groups: Groups, a: str, b: str) -> bool:
         sum(model.traffic(groups.members[a])) + sum(model.traffic(groups.members[b])))
 
 
+_KIND_RANK = {"vertical": 0, "horizontal": 1}
+HORIZONTAL_REACH = 8  # a buffer read by many groups pairs each with its nearest readers only
+
+
+def _candidates_of(groups: Groups, model: TrafficModel, g: str) -> Iterable[tuple[str, str, str]]:
+    """The candidates that involve group ``g``, in graph order."""
+    order = groups.order.get
+    for s in sorted(groups.group_succ(g), key=order):
+        yield g, s, "vertical"
+    for p in sorted(groups.group_pred(g), key=order):
+        yield p, g, "vertical"
+    buffers = sorted({v.buffer.name for n in groups.members[g] for v in groups.nodes[n].reads()})
+    partners: set[str] = set()
+    for buf in buffers:
+        owners = sorted({groups.group_of[r] for r in model.readers.get(buf, ())}, key=order)
+        at = owners.index(g)
+        partners.update(owners[max(0, at - HORIZONTAL_REACH): at] + owners[at + 1: at + 1 + HORIZONTAL_REACH])
+    for other in sorted(partners, key=order):
+        yield (g, other, "horizontal") if order(g) < order(other) else (other, g, "horizontal")
+
+
 def _candidates(groups: Groups, model: TrafficModel) -> Iterable[tuple[str, str, str]]:
     seen: set[tuple[str, str]] = set()
     for g in list(groups.members):
@@ -233,7 +272,7 @@ def _candidates(groups: Groups, model: TrafficModel) -> Iterable[tuple[str, str,
     for readers in model.readers.values():
         owners = sorted({groups.group_of[r] for r in readers}, key=groups.order.get)
         for i, a in enumerate(owners):
-            for b in owners[i + 1 : i + 8]:  # bounded: a buffer read by many nodes
+            for b in owners[i + 1 : i + HORIZONTAL_REACH]:  # bounded: a buffer read by many nodes
                 if (a, b) not in seen and (b, a) not in seen:
                     seen.add((a, b))
                     yield a, b, "horizontal"
