@@ -167,3 +167,22 @@ def test_check_kernels_finds_the_first_wrong_kernel(monkeypatch: pytest.MonkeyPa
     assert wrong is not None and "sigmoid" in wrong.label, str(report)
     before = report.checks[: report.checks.index(wrong)]
     assert before and all(c.ok for c in before)  # the relu kernel and the matmul were checked first
+
+
+def test_a_lowering_that_fails_leaves_that_op_alone_to_aten(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusebackend.lowering import POINTWISE
+
+    def broken(ctx: Any, self: Any) -> Any:
+        raise ZeroDivisionError("simulated lowering bug")
+
+    monkeypatch.setitem(POINTWISE, torch.ops.aten.tanh.default, broken)
+    fn = lambda x: torch.tanh(x * 2) + 1  # noqa: E731
+    x = torch.randn(6, 5)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        out = torch.compile(fn, backend="fuse")(x)
+    assert_same(out, fn(x))
+    messages = [str(r.message) for r in record if "fusebackend" in str(r.message)]
+    assert len(messages) == 1 and "aten.tanh" in messages[0] and "ATen call" in messages[0], messages
+    assert fusebackend.metrics.fallbacks["tanh"] == 1 and fusebackend.metrics.eager_graphs == 0
+    assert kernel_count() == 2  # x * 2 before the ATen tanh, + 1 after it

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import warnings
 from typing import Any, Callable, Sequence
 
 import sympy
@@ -392,21 +393,21 @@ class GraphLowering:
             into = self._copy_into_input(args, out_meta)
             if into is not None:
                 return into
-        if target in POINTWISE and isinstance(out_meta, torch.Tensor):
-            try:
+        mark = len(self.nodes)
+        try:
+            if target in POINTWISE and isinstance(out_meta, torch.Tensor):
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
-            except Unsupported as exc:
-                return self.extern(target, args, kwargs, out_meta, reason=str(exc))
-        if target in COMPOSITE:
-            mark = len(self.nodes)
-            try:
+            if target in COMPOSITE:
                 self.out_meta, self.origin = out_meta, str(target)
                 result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
                 _check_matches(result, out_meta)
                 return result
-            except Unsupported as exc:
-                del self.nodes[mark:]  # a composite that declines leaves nothing behind
-                return self.extern(target, args, kwargs, out_meta, reason=str(exc))
+        except Exception as exc:  # declined (Unsupported) or a bug: this op alone is an ATen call
+            del self.nodes[mark:]  # a lowering that fails leaves nothing behind
+            if not isinstance(exc, Unsupported):
+                warnings.warn(f"fusebackend: lowering {target} failed ({type(exc).__name__}: {exc}); "
+                              "it runs as an ATen call", stacklevel=2)
+            return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
 
     def view(self, args: Any, out_meta: Any) -> Any:
