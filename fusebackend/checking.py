@@ -12,8 +12,9 @@ that node's value:
   magnitude of the value): rounding differs, but not by more than eager's own;
 - any other buffer is wrong when it differs from eager's value at all.
 
-Every comparison is recorded, in the order the steps ran; ``CheckReport.first_wrong`` is the
-kernel to read first: the buffers before it matched, so its inputs were right. With fusion on,
+Inside ``check_kernels`` every comparison is recorded, in the order the steps ran (elsewhere the
+first wrong buffer of each graph is a warning); ``CheckReport.first_wrong`` is the kernel to read
+first: the buffers before it matched, so its inputs were right. With fusion on,
 only stored buffers can be compared (a fused intermediate never reaches memory);
 ``FUSE_FUSION=0`` compares every node's result.
 """
@@ -21,6 +22,7 @@ only stored buffers can be compared (a fused intermediate never reaches memory);
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -90,6 +92,7 @@ class Observer:
         self.fx_values = fx_values
         self.eager: dict[str, Any] = {}
         self.exact: dict[str, Any] = {}
+        self.warned = False
 
     def start(self, args: list[Any]) -> None:
         self.eager = _node_values(self.gm, [_clone(a) for a in args], widen=False)
@@ -105,6 +108,9 @@ class Observer:
             result = BufferCheck(self.name, step, label, name, fx_node, fuse_error, eager_error, ok)
             if _report is not None:
                 _report.checks.append(result)
+            elif not ok and not self.warned:  # FUSE_CHECK_KERNELS=1 on a whole program
+                warnings.warn(f"fusebackend: first wrong buffer of graph {self.name}: {result}", stacklevel=2)
+                self.warned = True
 
 
 def _clone(value: Any, float_dtype: torch.dtype | None = None) -> Any:

@@ -186,3 +186,13 @@ def test_a_lowering_that_fails_leaves_that_op_alone_to_aten(monkeypatch: pytest.
     assert len(messages) == 1 and "aten.tanh" in messages[0] and "ATen call" in messages[0], messages
     assert fusebackend.metrics.fallbacks["tanh"] == 1 and fusebackend.metrics.eager_graphs == 0
     assert kernel_count() == 2  # x * 2 before the ATen tanh, + 1 after it
+
+
+def test_check_kernels_option_warns_at_the_first_wrong_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(triton_ops.OP_TEMPLATES, "exp", "tl.exp({0}) + 0.01")
+    fn = lambda x: torch.exp(x).sum(-1)  # noqa: E731
+    with fusebackend.config.patch(check_kernels=True), warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        torch.compile(fn, backend="fuse")(torch.randn(4, 7))
+    messages = [str(r.message) for r in record if "first wrong buffer" in str(r.message)]
+    assert len(messages) == 1 and "WRONG" in messages[0], messages
