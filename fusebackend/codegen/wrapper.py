@@ -102,8 +102,10 @@ def generate_wrapper(
         if names:
             w.line(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
         w.line("args.clear()")
-        for k in moved_inputs:
-            w.line(f"{names[k]} = {names[k]}.to(device)")
+        kernel_reads = {name for kernel in kernels for name in kernel.args}
+        for k in moved_inputs:  # a CPU scalar tensor beside CUDA ones: kernels read device memory
+            if names[k] in kernel_reads:  # ATen calls alone take it where it is, as eager does
+                w.line(f"{names[k]} = {names[k]}.to(device)")
         for k, step in enumerate(steps):
             if isinstance(step, ExternCall):
                 _extern(w, step.node, constants, used)
