@@ -545,8 +545,10 @@ class GraphLowering:
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         return part_arg, chunk
 
-    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
-        metrics.fallbacks[target.overloadpacket.__name__] += 1
+    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
+        """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
+        if counted:
+            metrics.fallbacks[target.overloadpacket.__name__] += 1
         if self.node is not None:
             out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()
