@@ -199,6 +199,13 @@ def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
     return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
 
 
+def _traced_devices(gm: torch.fx.GraphModule) -> set[torch.device]:
+    """The devices of the tensors a graph without tensor inputs makes (``torch.rand(n,
+    device="cuda")``), as traced."""
+    values = pytree.tree_leaves([n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"])
+    return {v.device for v in values if isinstance(v, torch.Tensor)}
+
+
 def is_view_op(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or not schema.returns:
@@ -217,7 +224,7 @@ class GraphLowering:
         self.base_offset: dict[str, int] = {}
         self._count = 0
         tensors = [a for a in self.args if isinstance(a, torch.Tensor)]
-        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors}
+        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors} or _traced_devices(gm)
         if len(devices) > 1:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
         self.device = devices.pop() if devices else torch.device("cpu")
