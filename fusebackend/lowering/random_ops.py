@@ -114,7 +114,7 @@ def _random_node(builder: GraphLowering, meta: torch.Tensor, body: Callable[[Low
     seed, stream = _new_stream(builder)
 
     # int32 element indices where they fit: the same counters, and less integer work for kernels
-    # bound by it (the bf16 dropout above took 311 us with int64 indices, one run each)
+    # bound by it (the bf16 dropout of the module docstring took 311 us with int64 indices)
     index_dtype = torch.int32 if meta.numel() < 2**31 else torch.int64
 
     def build(ctx: LoweringContext) -> Expr:
