@@ -38,4 +38,23 @@ _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
+    table.update(RANDOM)
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP}
+
+
+# ``x.uniform_()`` and ``x.normal_()`` reach the graph as ``uniform``/``normal_functional`` of an
+# empty tensor. As ``rand``/``randn`` of its shape (lowering/random_ops.py generates those), the
+# empty tensor is never allocated: AOTAutograd drops it, unused.
+def _uniform(x: torch.Tensor, low: float = 0.0, high: float = 1.0, generator: Any = None) -> Any:
+    if generator is not None:
+        return NotImplemented  # stays the ATen op
+    return aten.rand.default(list(x.shape), dtype=x.dtype, device=x.device) * (high - low) + low
+
+
+def _normal_functional(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Any:
+    if generator is not None:
+        return NotImplemented
+    return aten.randn.default(list(x.shape), dtype=x.dtype, device=x.device) * std + mean
+
+
+RANDOM = {aten.uniform.default: _uniform, aten.normal_functional.default: _normal_functional}

@@ -105,6 +105,10 @@ OP_ARITY: dict[str, int] = {
     "where": 3,
     # dtype conversion (the target dtype is the Op's dtype)
     "to": 1,
+    # counter-based random values (lowering/random_ops.py), a pure function of their arguments:
+    # (seed, stream, element index, significand bits) -> uniform [0, 1), fp32 or (53 bits) fp64;
+    # (seed, stream, element index) -> standard normal fp32; (..., span) -> int64 in [0, span)
+    "rand": 4, "randn": 3, "randint": 4,
 }
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

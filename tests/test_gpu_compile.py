@@ -54,6 +54,9 @@ GRAPHS = {
     "batch-norm backward, recomputed chains": (
         bn_backward, [x4, torch.randn(16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16),
                       torch.randn(4, 16, 32, 32, dtype=torch.bfloat16).contiguous(memory_format=cl)]),
+    "random: dropout, randn, randint": (
+        lambda x: (torch.nn.functional.dropout(x * 2, 0.5, True) + torch.randn_like(x), torch.randint_like(x, 0, 7)),
+        [torch.randn(64, 96, dtype=torch.bfloat16)]),
 }
 target = GPUTarget("cuda", 90, 32)
 count = 0

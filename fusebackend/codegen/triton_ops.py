@@ -61,6 +61,9 @@ OP_TEMPLATES: dict[str, str] = {
     "bitwise_xor": "{0} ^ {1}",
     "bitwise_not": "~{0}",
     "where": "tl.where({0}, {1}, {2})",
+    "rand": "th.rand({0}, {1}, {2}, {3})",
+    "randn": "th.randn({0}, {1}, {2})",
+    "randint": "th.randint({0}, {1}, {2}, {3})",
 }
 
 

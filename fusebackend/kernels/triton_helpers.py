@@ -148,3 +148,67 @@ else:
     @triton.jit
     def to_bf16(x):
         return x.to(tl.bfloat16)
+
+
+# Counter-based random numbers (lowering/random_ops.py). Philox4x32-10 (Salmon, Moraes, Dror and
+# Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011): ten rounds that mix a 128-bit
+# counter under a 64-bit key, written with builtins so that the interpreter runs the same code as
+# the GPU (Triton's tl.rand is a @jit library function, whose mode is fixed at import). The key
+# is the graph's seed; the counter is (element index: low and high words, stream, 0), so every
+# element of every random node gets its own value, the same wherever it is computed. For stream 0
+# the words are tl.randint4x's (checked on an H100 with Triton 3.6 over 2**20 indices, 2026-11-23).
+@triton.jit
+def philox(seed, stream, offset):
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    if tl.constexpr(offset.dtype.primitive_bitwidth) > 32:
+        c0 = (offset & 0xFFFFFFFF).to(tl.uint32)
+        c1 = ((offset >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    else:  # int32 indices (nodes under 2**31 elements): the high word is 0, known when compiling
+        c0 = offset.to(tl.uint32)
+        c1 = c0 * 0
+    c3 = c0 * 0
+    c2 = c3 + stream
+    for _ in tl.static_range(10):
+        hi0 = tl.umulhi(c0, 0xD2511F53)
+        hi2 = tl.umulhi(c2, 0xCD9E8D57)
+        lo0 = c0 * 0xD2511F53
+        lo2 = c2 * 0xCD9E8D57
+        c0 = hi2 ^ c1 ^ k0
+        c2 = hi0 ^ c3 ^ k1
+        c1 = lo2
+        c3 = lo0
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def rand(seed, stream, offset, BITS: tl.constexpr):
+    # Uniform on [0, 1) in steps of 2**-BITS, BITS the significand of the output dtype (as eager
+    # draws them): every value is exact in that dtype, so none rounds up to 1 on store. fp32 for
+    # up to 24 bits; fp64 (53 bits, from two words) above.
+    r0, r1, _, _ = philox(seed, stream, offset)
+    if BITS > 24:
+        high = (r0 >> 5).to(tl.float64)
+        low = (r1 >> 6).to(tl.float64)
+        return (high * 67108864.0 + low) * (1.0 / 9007199254740992.0)
+    else:
+        return (r0 >> (32 - BITS)).to(tl.float32) * (1.0 / (1 << BITS))
+
+
+@triton.jit
+def randn(seed, stream, offset):
+    # Standard normal, fp32, by Box-Muller on two 24-bit uniforms; u1 in (0, 1] keeps the log finite.
+    r0, r1, _, _ = philox(seed, stream, offset)
+    u1 = ((r0 >> 8).to(tl.float32) + 1.0) * (1.0 / 16777216.0)
+    u2 = (r1 >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
+
+
+@triton.jit
+def randint(seed, stream, offset, span):
+    # Uniform integers in [0, span), span <= 2**32: the high word of bits * span (Lemire's
+    # multiply-shift; biased by at most span / 2**32, as eager's modulo is).
+    r0, _, _, _ = philox(seed, stream, offset)
+    return tl.umulhi(r0, r0 * 0 + span).to(tl.int64)

@@ -231,6 +231,13 @@ def _traced_meta(node: torch.fx.Node, target: Any, exc: Exception) -> Any:
     return pytree.tree_map(meta, traced)
 
 
+def _traced_devices(gm: torch.fx.GraphModule) -> set[torch.device]:
+    """The devices of the tensors a graph without tensor inputs makes (``torch.rand(n,
+    device="cuda")``), as traced."""
+    values = pytree.tree_leaves([n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"])
+    return {v.device for v in values if isinstance(v, torch.Tensor)}
+
+
 def is_view_op(op: torch._ops.OpOverload) -> bool:
     schema = op._schema
     if schema.is_mutable or not schema.returns:
@@ -249,7 +256,7 @@ class GraphLowering:
         self.base_offset: dict[str, int] = {}
         self._count = 0
         tensors = [a for a in self.args if isinstance(a, torch.Tensor)]
-        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors}
+        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors} or _traced_devices(gm)
         if len(devices) > 1:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
         self.device = devices.pop() if devices else torch.device("cpu")
@@ -613,8 +620,10 @@ class GraphLowering:
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         return part_arg, chunk
 
-    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "") -> Any:
-        metrics.fallbacks[target.overloadpacket.__name__] += 1
+    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
+        """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
+        if counted:
+            metrics.fallbacks[target.overloadpacket.__name__] += 1
         if self.node is not None:
             out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()

@@ -126,6 +126,7 @@ def schedule(graph: ir.IRGraph) -> Schedule:
     # Recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
     # the floor of the rewritten graph is the floor of the original. With fusion off every node
     # is a kernel of its own.
+    graph = _without_unread(graph)
     recomputed: tuple[ir.Pointwise, ...] = ()
     absorbed: tuple[ir.Pointwise, ...] = ()
     while True:
@@ -152,6 +153,22 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         steps.append(KernelPlan(nodes, stored, read, written, space))
     floor = graph_floor(graph, model.readers)
     return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed, absorbed)
+
+
+def _without_unread(graph: ir.IRGraph) -> ir.IRGraph:
+    """The graph without the nodes whose results nothing needs: a tensor whose only reader is a
+    factory that takes its shape alone (``zeros_like(x * 2)``, ``rand_like``, ``bernoulli`` of a
+    clone). Alone in a kernel, such a node would store nothing."""
+    needed = graph.results()
+    kept: list[ir.Node] = []
+    for node in reversed(graph.nodes):
+        if isinstance(node, (ir.Pointwise, ir.Reduction)) and node.name not in needed:
+            continue
+        needed |= {v.buffer.name for v in node.reads()}
+        kept.append(node)
+    if len(kept) == len(graph.nodes):
+        return graph
+    return dataclasses.replace(graph, nodes=kept[::-1])
 
 
 __all__ = ["schedule", "Schedule", "KernelPlan", "ExternCall"]
