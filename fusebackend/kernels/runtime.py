@@ -332,3 +332,25 @@ def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int]:
+    """Block sizes for a scan kernel: RBLOCK >= rnumel scans each row in one block; shorter
+    blocks loop along the row, carrying the running total from one block to the next.
+
+    Not yet measured on a GPU: up to 1024 positions a block (Triton's scan keeps the block in
+    registers and combines across lanes with shuffles), rows packed up to 1024 elements a
+    program; a scan along a strided dim takes 32 neighbouring columns (coalesced) by up to 64
+    positions a step. Under the interpreter blocks hold at most 32 positions, so that tests
+    exercise the loop with small tensors (its scans cost a Python call per element either way).
+    """
+    r = _next_pow2(max(rnumel, 1))
+    x = _next_pow2(max(xnumel, 1))
+    if use_interpreter():
+        rblock = min(r, 32)
+        return {"XBLOCK": max(1, min(x, 256 // rblock)), "RBLOCK": rblock}
+    if not row_contiguous:
+        return {"XBLOCK": min(32, x), "RBLOCK": min(r, 64), "num_warps": 4}
+    rblock = min(r, 1024)
+    xblock = max(1, min(x, 1024 // rblock))
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": max(1, min(8, xblock * rblock // 256))}

@@ -171,7 +171,7 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
 
     def small(g: str) -> bool:
         members = groups.members[g]
-        return not any(isinstance(groups.nodes[n], ir.Extern) for n in members) and (
+        return not any(isinstance(groups.nodes[n], (ir.Extern, ir.Scatter)) for n in members) and (
             sum(model.traffic(members)) <= SMALL_KERNEL_BYTES)
 
     merged = True
@@ -204,6 +204,9 @@ def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
     for node in nodes:
         if isinstance(node, ir.Reduction):
             return (node.buffer.numel, node.reduction_numel)
+        if isinstance(node, ir.Scan):  # rows and positions, like a reduction's
+            positions = node.buffer.sizes[node.dim]
+            return (node.buffer.numel // max(positions, 1), positions)
     return (max(n.buffer.numel for n in nodes if isinstance(n, ir.Pointwise)),)
 
 

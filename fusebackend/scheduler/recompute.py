@@ -55,7 +55,7 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
         return graph, (), ()
     nodes: list[ir.Node] = []
     for node in graph.nodes:
-        if isinstance(node, (ir.Pointwise, ir.Reduction)):
+        if isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             used = dict.fromkeys(ld.view.buffer.name for ld in ir.loads(node.body)
                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in candidates)
             if used:
@@ -104,7 +104,9 @@ def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[
             if node.mutates:
                 before_mutation = set(computed)
         else:
-            pinned |= {ld.view.buffer.name for ld in ir.loads(node.body) if isinstance(ld, ir.IndirectLoad)}
+            pinned |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
+        if isinstance(node, ir.Scatter):
+            pinned.add(node.target.name)  # the memory the scatter writes into
     return {
         name: node for name, node in expansions.items()
         if name not in returned | pinned and readers.get(name, 0) >= 2 and _cheap(node)
