@@ -45,10 +45,8 @@ _COMBINE = {**_SCAN, "sum": "th.combine_sum", "prod": "th.combine_prod"}
 
 def _identity(scan_type: str, dtype: torch.dtype) -> str:
     """The running total before the first position: combined with any value, gives that value."""
-    if scan_type == "sum":  # -0.0, not 0.0: -0.0 + -0.0 is -0.0
-        return "-0.0" if dtype.is_floating_point else "0"
-    if scan_type == "prod":
-        return render_literal(1, dtype)
+    if scan_type in ("sum", "prod"):  # eager's running sum starts at 0.0 too (sign of a zero)
+        return render_literal(0 if scan_type == "sum" else 1, dtype)
     low = scan_type in ("max", "argmax", "logsumexp")
     if dtype.is_floating_point:
         return render_literal(-math.inf if low else math.inf, dtype)
