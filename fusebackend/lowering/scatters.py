@@ -16,10 +16,12 @@ Products and means have no atomic and stay ATen calls. With ``include_self=False
 scatter stores the reduction's neutral element at every position written.
 
 NaN: eager's amax and amin propagate it. Triton's float atomic max orders values by their bits
-(as signed integers where the new value is positive, unsigned where negative), where a NaN
-with its sign bit clear is above every number and one with it set below: the values and the
-copy have every NaN's sign set to the side that wins (clear for max, set for min), so a NaN
-anywhere in a reduction gives a NaN, as in eager.
+(as signed integers where the new value's sign bit is clear, unsigned where set), so a NaN with
+its sign bit clear is above every number and one with it set below: every NaN of the values and
+of the copy is given a clear sign bit (``tl.abs``, a bit operation), so any NaN wins the max. A
+float minimum is the maximum of the negated values, negated back by the pointwise node after
+the scatter: a NaN cannot be given a set sign bit as reliably (Triton negates by subtracting
+from zero, which on a GPU gives the canonical NaN, sign clear; seen on an H100, Triton 3.6).
 """
 
 from __future__ import annotations
@@ -63,12 +65,10 @@ def _neutral(mode: str, dtype: torch.dtype) -> bool | int | float:
 
 
 def _winning_nan(value: ir.Expr, mode: str) -> ir.Expr:
-    """``value`` with a NaN's sign set so that the atomic max (min) keeps it (module docstring)."""
-    if mode not in ("max", "min") or not value.dtype.is_floating_point:
+    """``value`` with a NaN's sign bit clear, so that the atomic max keeps it (module docstring)."""
+    if mode != "max" or not value.dtype.is_floating_point:
         return value
-    magnitude = op("abs", value)
-    nan = op("where", op("isnan", value, dtype=torch.bool), magnitude if mode == "max" else op("neg", magnitude), value)
-    return nan
+    return op("where", op("isnan", value, dtype=torch.bool), op("abs", value), value)
 
 
 def _scatter(
@@ -80,21 +80,33 @@ def _scatter(
     out = b.out_meta
     sizes, strides = tuple(out.shape), tuple(out.stride())
     acc = _accumulator(mode, out.dtype)
+    negated = mode == "min" and acc.is_floating_point  # min(v) = -max(-v): see the module docstring
+    if negated:
+        mode = "max"
+
+    def prepared(v: ir.Expr) -> ir.Expr:
+        return _winning_nan(op("neg", v) if negated else v, mode)
+
     origin = b.origin
     b.origin = f"{origin} (the copy it scatters into)"
     try:
-        copy = b.pointwise(sizes, acc, lambda ctx: _winning_nan(ctx.value(x, acc), mode), strides)
+        copy = b.pointwise(sizes, acc, lambda ctx: prepared(ctx.value(x, acc)), strides)
     finally:
         b.origin = origin
     target = copy.view.buffer
     ranges = tuple(ranges)
     if not include_self:  # every position written starts from the neutral element, not from x
         target = _add(b, target, ranges, position, Constant(_neutral(mode, acc), acc), "store")
-    result = _add(b, target, ranges, position, _winning_nan(cast(value(acc), acc), mode), mode)
+    result = _add(b, target, ranges, position, prepared(cast(value(acc), acc)), mode)
     arg = TensorArg(result.whole(), torch.empty_strided(result.sizes, result.strides, dtype=acc, device="meta"))
-    if acc == out.dtype:
+    if acc == out.dtype and not negated:
         return arg
-    return b.pointwise(sizes, out.dtype, lambda ctx: ctx.value(arg, out.dtype), strides)
+
+    def finished(ctx: LoweringContext) -> ir.Expr:
+        v = ctx.value(arg, acc)
+        return cast(op("neg", v) if negated else v, out.dtype)
+
+    return b.pointwise(sizes, out.dtype, finished, strides)
 
 
 def _add(b: GraphLowering, target: ir.Buffer, ranges: tuple[int, ...], position: Sequence[ir.Expr],

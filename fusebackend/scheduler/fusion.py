@@ -1,6 +1,8 @@
 """Fusion: group IR nodes into kernels, greedily by the bytes each fusion saves.
 
-Every Pointwise or Reduction node starts as its own group; externs stay alone. Candidates are
+Every Pointwise, Reduction, Scan or Scatter node starts as its own group; externs stay alone (a
+scatter takes in only the pointwise producers of its positions and values, see
+``scan_scatter_space.py``, and merges with no sibling). Candidates are
 pairs of groups where one reads what the other writes (vertical) or both read one buffer
 (horizontal). Each candidate is checked for legality (``why_not``), scored by
 ``cost_model.TrafficModel.bytes_saved`` and the best legal one is merged, until no candidate
