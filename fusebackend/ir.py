@@ -1,14 +1,17 @@
 """The IR between lowering and codegen: buffers, views, expression bodies and nodes.
 
-Design in one paragraph. Every ATen op of the graph becomes one node that writes one buffer
-(``Pointwise``, ``Reduction``) or an ``Extern`` that calls ATen. A buffer has exactly the sizes,
+Design in one paragraph. Every ATen op of the graph becomes nodes that each write one buffer
+(``Pointwise``, ``Reduction``, ``Scan``, ``Scatter``) or an ``Extern`` that calls ATen. A buffer has exactly the sizes,
 strides and dtype eager PyTorch gives that op's output (lowering reads them off the op's meta
 function), so a view of any buffer is just another ``View``: sizes, strides and an offset over the
 same storage, never a copy, and an extern call sees the layout eager would hand it. A node's
 ``body`` is a small expression tree over loop variables ``i0, i1, ...`` (one per output dim) and,
 for reductions, ``r0, r1, ...`` (one per reduced dim). A ``Load`` reads a view at a per-dim index
 (sympy); the scheduler fuses nodes into groups and codegen inlines a producer's body wherever a
-consumer in the same group loads its buffer, so fused intermediates never reach memory.
+consumer in the same group loads its buffer, so fused intermediates never reach memory. A
+``Scatter`` is the one node that writes memory another node produced (its target, the copy
+lowering makes for it): its buffer is a new name for that memory, so each buffer is still
+written once, in place, and whatever reads the result depends on the scatter.
 
 Everything here is a frozen dataclass and prints as readable text; ``verify`` checks a graph.
 """

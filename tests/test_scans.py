@@ -144,10 +144,10 @@ def only_kernel() -> str:
 
 
 def test_prologue_and_epilogue_fuse_into_the_scan() -> None:
-    check_lowered(lambda x: torch.cumsum(x * 2, -1) + 1, torch.randn(4, 50))
+    check_lowered(lambda x: torch.cumsum(x * 2, -1) + 1, torch.randn(2, 1500), atol=1e-3, rtol=1e-4)
     src = only_kernel()
     assert "tl.associative_scan(" in src and "th.reduce_sum" in src
-    assert "for roffset in range" in src  # 50 positions: looped under the interpreter
+    assert "for roffset in range" in src  # longer rows than a block holds, on a GPU too
     assert src.count("tl.load(") == 1 and src.count("tl.store(") == 1
 
 
@@ -227,5 +227,6 @@ def test_scan_node_prints_and_verifies() -> None:
 def test_gpu_scan_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
     assert runtime.scan_config(4096, 512, True) == {"XBLOCK": 2, "RBLOCK": 512, "num_warps": 4}
-    assert runtime.scan_config(8, 100000, True)["RBLOCK"] == 1024  # looped
+    assert runtime.scan_config(512, 100000, True)["RBLOCK"] == 1024  # looped
+    assert runtime.scan_config(8, 100000, True) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}  # few rows
     assert runtime.scan_config(4096, 512, False) == {"XBLOCK": 32, "RBLOCK": 64, "num_warps": 4}

