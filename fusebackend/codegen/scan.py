@@ -117,7 +117,8 @@ def generate_scan(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSour
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
-        w.line("# " + ("each row scanned in one block" if persistent else "looped over each row, carrying its running total")
+        shape = "each row scanned in one block" if persistent else "looped over each row, carrying its running total"
+        w.line("# " + shape
                + (", rows on the block's last axis (scan along a strided dim)" if lay.column else ""))
         if pdl:
             w.line(GRID_WAIT)

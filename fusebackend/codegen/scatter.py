@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sympy
 
-from fusebackend import indexing, ir
+from fusebackend import ir
 from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime

@@ -147,7 +147,8 @@ def _along_dim(
 
 
 @register_composite(aten.scatter.src, aten.scatter.value)
-def scatter(b: GraphLowering, self: TensorArg, dim: int, index: TensorArg, src: Any = None, value: Any = None) -> TensorArg:
+def scatter(b: GraphLowering, self: TensorArg, dim: int, index: TensorArg, src: Any = None,
+            value: Any = None) -> TensorArg:
     return _along_dim(b, self, dim, index, src if src is not None else value, "store")
 
 
@@ -182,7 +183,8 @@ def scatter_reduce(b: GraphLowering, self: TensorArg, dim: int, index: TensorArg
 
 
 @register_composite(aten.index_put.default, aten._unsafe_index_put.default)
-def index_put(b: GraphLowering, self: TensorArg, indices: Any, values: TensorArg, accumulate: bool = False) -> TensorArg:
+def index_put(b: GraphLowering, self: TensorArg, indices: Any, values: TensorArg,
+              accumulate: bool = False) -> TensorArg:
     """``out[indices] = values`` (``+=`` with ``accumulate``), with advanced-indexing rules.
 
     The index tensors broadcast together to a shape B; ``x[indices]`` has B in place of the
@@ -225,4 +227,5 @@ def index_put(b: GraphLowering, self: TensorArg, indices: Any, values: TensorArg
         wrapped = op("add", p, Constant(sizes[k], torch.int64))
         position.append(op("where", op("lt", p, Constant(0, torch.int64), dtype=torch.bool), wrapped, p))
     vctx = LoweringContext(torch.empty(ranges, device="meta"), b.device)
-    return _scatter(b, self, ranges, position, lambda dtype: vctx.value(values, dtype), "sum" if accumulate else "store")
+    mode = "sum" if accumulate else "store"
+    return _scatter(b, self, ranges, position, lambda dtype: vctx.value(values, dtype), mode)

@@ -5,8 +5,9 @@ that producer's expansion, down to *leaves* that are not pointwise (graph inputs
 reductions) or whose own expansion is too large. A node is recomputed in its readers when
 
 - it has two or more readers (a single reader is ordinary fusion's business), none of them an
-  extern, a gather (those need it in memory) or a node after a mutating extern that follows it
-  (recomputed there, it could see the mutated values), and the graph does not return it;
+  extern, a gather, a scatter (those need it in memory) or a node after a mutating extern that
+  follows it (recomputed there, it could see the mutated values), and the graph does not
+  return it;
 - its expansion holds at most ``MAX_OPS`` distinct operations and no gather;
 - the leaves it reads in full (views with at least as many distinct elements as the node; a
   per-channel or per-row value is served by the cache) take no more bytes per element than the
@@ -106,7 +107,8 @@ def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[
         else:
             pinned |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
         if isinstance(node, ir.Scatter):
-            pinned.add(node.target.name)  # the memory the scatter writes into
+            # its target is the memory it writes into; and its expressions take no substitution
+            pinned |= {v.buffer.name for v in node.reads()}
     return {
         name: node for name, node in expansions.items()
         if name not in returned | pinned and readers.get(name, 0) >= 2 and _cheap(node)
