@@ -1,17 +1,19 @@
 """The IR between lowering and codegen: buffers, views, expression bodies and nodes.
 
-Design in one paragraph. Every ATen op of the graph becomes nodes that each write one buffer
-(``Pointwise``, ``Reduction``, ``Scan``, ``Scatter``) or an ``Extern`` that calls ATen. A buffer has exactly the sizes,
+Design in one paragraph. Every ATen op of the graph becomes one node that writes one buffer
+(``Pointwise``, ``Reduction``) or an ``Extern`` that calls ATen. A buffer has exactly the sizes,
 strides and dtype eager PyTorch gives that op's output (lowering reads them off the op's meta
 function), so a view of any buffer is just another ``View``: sizes, strides and an offset over the
 same storage, never a copy, and an extern call sees the layout eager would hand it. A node's
 ``body`` is a small expression tree over loop variables ``i0, i1, ...`` (one per output dim) and,
 for reductions, ``r0, r1, ...`` (one per reduced dim). A ``Load`` reads a view at a per-dim index
 (sympy); the scheduler fuses nodes into groups and codegen inlines a producer's body wherever a
-consumer in the same group loads its buffer, so fused intermediates never reach memory. A
-``Scatter`` is the one node that writes memory another node produced (its target, the copy
-lowering makes for it): its buffer is a new name for that memory, so each buffer is still
-written once, in place, and whatever reads the result depends on the scatter.
+consumer in the same group loads its buffer, so fused intermediates never reach memory.
+
+Prefix scans (``Scan``) and scatters (``Scatter``) are nodes too. A ``Scatter`` is the one node
+that writes memory another node produced (its target, the copy lowering makes for it): its buffer
+is a new name for that memory, so each buffer is still written once, in place, and whatever reads
+the result depends on the scatter.
 
 Everything here is a frozen dataclass and prints as readable text; ``verify`` checks a graph.
 """
@@ -474,9 +476,9 @@ class Scatter:
 
     The scatter writes into ``target``'s memory in place: ``buffer`` is a new name for that memory
     once the scatter is done, so that every buffer is still written by one node and everything
-    that reads the result depends on the scatter. ``target`` is written by the node just before
-    (the copy of the tensor scattered into, which lowering makes for this scatter, or another
-    scatter's result) and nothing but this scatter reads it.
+    that reads the result depends on the scatter. ``target`` is written by a pointwise node (the
+    copy of the tensor scattered into, which lowering makes for this scatter) or by another
+    scatter, and nothing but this scatter reads it.
 
     ``position`` holds one int64 expression per dim of ``buffer`` in the loop variables ``i0,
     i1, ...`` of ``ranges``: an ``IndexValue`` where the dim is iterated, a computed value (an
@@ -607,10 +609,10 @@ def format_node(node: Node) -> str:
         )
     if isinstance(node, Scatter):
         where = ", ".join(format_expr(p) for p in node.position)
-        op = "=" if node.mode == "store" else f"{node.mode}="
+        assign = "=" if node.mode == "store" else f"{node.mode}="
         return (
             f"{node.buffer} = scatter into {node.target.name} over {list(node.ranges)}  # {node.origin}"
-            f"\n    {node.buffer.name}[{where}] {op} {format_expr(node.value)}"
+            f"\n    {node.buffer.name}[{where}] {assign} {format_expr(node.value)}"
         )
     outs = ", ".join(str(b) for _, b in node.outputs) or "(no tensor outputs)"
     args = ", ".join(str(a) for a in node.args)

@@ -75,8 +75,8 @@ def _scatter(
     b: GraphLowering, x: TensorArg, ranges: Sequence[int], position: Sequence[ir.Expr],
     value: Any, mode: str, include_self: bool = True,
 ) -> TensorArg:
-    """``x`` copied, then ``value`` (an expression in the loop variables of ``ranges``, or a
-    function of the copy's dtype giving one) scattered into the copy at ``position``."""
+    """``x`` copied, then ``value(dtype)`` (an expression of that dtype in the loop variables of
+    ``ranges``) scattered into the copy at ``position``; the result with eager's layout."""
     out = b.out_meta
     sizes, strides = tuple(out.shape), tuple(out.stride())
     acc = _accumulator(mode, out.dtype)
