@@ -343,11 +343,11 @@ def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int
     74 us (eager 182 us), looping over each row of 4096. A looped row pays a scan and a reduction
     (the carry) per block, one after another, so fewer rows than a GPU has SMs loop in blocks of
     4096 by 16 warps: 16 rows of 262144 in 105 us against 246 us in blocks of 1024 (eager 410 us,
-    Inductor 39 to 112 us), 64 rows of 65536 in 73
-    against 79 us. A scan along a strided dim takes 32 neighbouring columns (coalesced) by up to
-    64 positions a step: 4096x4096 along dim 0 in 138 us (eager 1530 us, Inductor 420 us).
-    Under the interpreter blocks hold at most 32 positions, so that tests
-    exercise the loop with small tensors (its scans cost a Python call per element either way).
+    Inductor 39 to 112 us), 64 rows of 65536 in 73 against 79 us. A scan along a strided dim takes
+    32 neighbouring columns (coalesced) by up to 64 positions a step: 4096x4096 along dim 0 in 138
+    us (eager 1530 us, Inductor 420 us). Under the interpreter blocks hold at most 32 positions, so
+    that tests exercise the loop with small tensors (its scans cost a Python call per element
+    either way).
     """
     r = _next_pow2(max(rnumel, 1))
     x = _next_pow2(max(xnumel, 1))
