@@ -25,7 +25,7 @@ def producer_index(
     return [indexing.simplify(e, ranges) for e in indexing.unravel(flat, buf.sizes, buf.strides)]
 
 
-def substitute(node: ir.Pointwise | ir.Reduction, inlined: Mapping[str, ir.Pointwise]) -> ir.Expr:
+def substitute(node: ir.Pointwise | ir.Reduction | ir.Scan, inlined: Mapping[str, ir.Pointwise]) -> ir.Expr:
     """``node``'s body with each plain load of an ``inlined`` buffer replaced by that node's body
     (one level: pass bodies already expanded to inline chains)."""
     ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), node.ranges))

@@ -10,6 +10,11 @@ for reductions, ``r0, r1, ...`` (one per reduced dim). A ``Load`` reads a view a
 (sympy); the scheduler fuses nodes into groups and codegen inlines a producer's body wherever a
 consumer in the same group loads its buffer, so fused intermediates never reach memory.
 
+Prefix scans (``Scan``) and scatters (``Scatter``) are nodes too. A ``Scatter`` is the one node
+that writes memory another node produced (its target, the copy lowering makes for it): its buffer
+is a new name for that memory, so each buffer is still written once, in place, and whatever reads
+the result depends on the scatter.
+
 Everything here is a frozen dataclass and prints as readable text; ``verify`` checks a graph.
 """
 
@@ -441,7 +446,99 @@ class Extern:
         return [v for v in _flatten((self.args, dict(self.kwargs))) if isinstance(v, View)]
 
 
-Node = Union[Pointwise, Reduction, Extern]
+# What a Scan combines: sums, products, running maxima and minima, log-sum-exp; "argmax" and
+# "argmin" give the position of the running maximum / minimum (cummax's and cummin's indices).
+SCAN_TYPES = ("sum", "prod", "max", "min", "logsumexp", "argmax", "argmin")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan(_Computed):
+    """``buffer[i...]`` = ``body`` combined by ``scan_type`` over the positions ``0..i[dim]`` of
+    ``dim``, every other index fixed (a prefix scan: cumsum, cumprod, cummax...).
+
+    ``body`` is in the buffer's loop variables, like a pointwise body, and has the accumulation
+    dtype (fp32 for half types, int64 for integer sums and products); the buffer receives it cast
+    to its own dtype. "argmax"/"argmin" write the position along ``dim`` of the running
+    maximum/minimum as torch.cummax/cummin do: a NaN counts as the largest (smallest) value and
+    stays once seen, and of equal values the later position wins.
+    """
+
+    buffer: Buffer
+    body: Expr
+    dim: int
+    scan_type: str
+    origin: str
+    recomputes: tuple[str, ...] = ()  # as for Pointwise
+
+    def __post_init__(self) -> None:
+        if self.scan_type not in SCAN_TYPES:
+            raise ValueError(f"unknown scan type {self.scan_type!r}")
+
+
+# How a Scatter writes each value: stores it, or combines it with what is there atomically.
+SCATTER_MODES = ("store", "sum", "max", "min")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scatter:
+    """``buffer`` is ``target`` after, for every index ``i`` of ``ranges``, ``value`` has been
+    stored at its element ``position`` (``mode`` "store") or combined into it atomically.
+
+    The scatter writes into ``target``'s memory in place: ``buffer`` is a new name for that memory
+    once the scatter is done, so that every buffer is still written by one node and everything
+    that reads the result depends on the scatter. ``target`` is written by a pointwise node (the
+    copy of the tensor scattered into, which lowering makes for this scatter) or by another
+    scatter, and nothing but this scatter reads it.
+
+    ``position`` holds one int64 expression per dim of ``buffer`` in the loop variables ``i0,
+    i1, ...`` of ``ranges``: an ``IndexValue`` where the dim is iterated, a computed value (an
+    index tensor's element) elsewhere. A computed position outside the buffer writes nothing
+    (codegen asserts it is in bounds and masks the write). With duplicate positions, "store"
+    keeps one of the values, as eager does on a GPU.
+    """
+
+    buffer: Buffer
+    target: Buffer
+    ranges: tuple[int, ...]
+    position: tuple[Expr, ...]
+    value: Expr
+    mode: str
+    origin: str
+
+    def __post_init__(self) -> None:
+        if self.mode not in SCATTER_MODES:
+            raise ValueError(f"unknown scatter mode {self.mode!r}")
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    @property
+    def numel(self) -> int:
+        """How many values are scattered."""
+        return math.prod(self.ranges)
+
+    def exprs(self) -> tuple[Expr, ...]:
+        return (self.value, *self.position)
+
+    def reads(self) -> list[View]:
+        # the target last: the scatter needs it complete before it starts, but loads nothing from it
+        return [ld.view for e in self.exprs() for ld in loads(e)] + [self.target.whole()]
+
+    def described(self) -> str:
+        return f"{self.origin}; {self.mode} into {self.target.name}"
+
+
+Node = Union[Pointwise, Reduction, Scan, Scatter, Extern]
+
+
+def node_loads(node: Node) -> list[Load | IndirectLoad]:
+    """Every load in a node's expressions (none for an extern)."""
+    if isinstance(node, Extern):
+        return []
+    if isinstance(node, Scatter):
+        return [ld for e in node.exprs() for ld in loads(e)]
+    return loads(node.body)
 
 
 def _flatten(value: Any) -> Iterator[Any]:
@@ -524,6 +621,18 @@ def format_node(node: Node) -> str:
             f"{node.buffer} = {node.reduction_type} over r{list(node.reduction_ranges)}"
             f"  # {node.described()}\n    {format_expr(node.body)}"
         )
+    if isinstance(node, Scan):
+        return (
+            f"{node.buffer} = {node.scan_type} scan along dim {node.dim}"
+            f"  # {node.described()}\n    {format_expr(node.body)}"
+        )
+    if isinstance(node, Scatter):
+        where = ", ".join(format_expr(p) for p in node.position)
+        assign = "=" if node.mode == "store" else f"{node.mode}="
+        return (
+            f"{node.buffer} = scatter into {node.target.name} over {list(node.ranges)}  # {node.origin}"
+            f"\n    {node.buffer.name}[{where}] {assign} {format_expr(node.value)}"
+        )
     outs = ", ".join(str(b) for _, b in node.outputs) or "(no tensor outputs)"
     args = ", ".join(str(a) for a in node.args)
     kw = "".join(f", {k}={v}" for k, v in node.kwargs)
@@ -547,7 +656,9 @@ def verify(graph: IRGraph) -> None:
             b = view.buffer
             assert defined.get(b.name) == b, f"{_name(node)} reads {b.name} before it is written"
             _check_view(view)
-        if isinstance(node, (Pointwise, Reduction)):
+        if isinstance(node, Scatter):
+            _verify_scatter(graph, node)
+        if isinstance(node, (Pointwise, Reduction, Scan)):
             nvars = len(node.ranges)
             allowed = set(indexing.loop_vars("i", nvars))
             if isinstance(node, Reduction):
@@ -563,6 +674,8 @@ def verify(graph: IRGraph) -> None:
                 if isinstance(e, Op) and e.name == "where":
                     assert e.args[0].dtype == torch.bool, f"{node.name}: where() condition is not bool"
                     assert e.args[1].dtype == e.args[2].dtype == e.dtype, f"{node.name}: where() dtypes differ"
+            if isinstance(node, Scan):
+                assert 0 <= node.dim < len(node.ranges), f"{node.name}: scans along dim {node.dim}"
             if node.buffer.numel:
                 assert indexing.is_dense(node.buffer.sizes, node.buffer.strides), (
                     f"{node.name}: output layout is not dense"
@@ -582,6 +695,44 @@ def verify(graph: IRGraph) -> None:
             f"{name} does not have input {target}'s layout"
         )
     assert len(set(graph.mutations.values())) == len(graph.mutations), "an input written twice in place"
+
+
+def _check_body(node: Node, exprs: Sequence[Expr], allowed: set[sympy.Symbol]) -> None:
+    for expr in exprs:
+        for e in walk(expr):
+            if isinstance(e, (Load, IndirectLoad)):
+                assert len(e.index) == len(e.view.sizes), f"{node.name}: index rank mismatch"
+                for i in e.index:
+                    free = sympy.sympify(i).free_symbols
+                    assert free <= allowed, f"{node.name}: index uses unknown vars {free - allowed}"
+            if isinstance(e, IndexValue):
+                free = sympy.sympify(e.index).free_symbols
+                assert free <= allowed, f"{node.name}: index value uses unknown vars {free - allowed}"
+
+
+def _verify_scatter(graph: IRGraph, node: Scatter) -> None:
+    """A scatter's target is the node before's buffer, which only the scatter reads, and its
+    positions and value fit the buffer."""
+    buf, target = node.buffer, node.target
+    assert (buf.dtype, buf.sizes, buf.strides) == (target.dtype, target.sizes, target.strides), (
+        f"{node.name} does not have its target {target.name}'s layout"
+    )
+    assert indexing.is_dense(buf.sizes, buf.strides) or not buf.numel, f"{node.name}: output layout is not dense"
+    producer = next((n for n in graph.nodes if target in written_buffers(n)), None)
+    assert isinstance(producer, (Pointwise, Scatter)), f"{node.name} scatters into {target.name}, not a node's buffer"
+    readers = [n.name for n in graph.nodes if any(v.buffer.name == target.name for v in n.reads())]
+    assert readers == [node.name], f"{target.name} is read by {readers}, not by its scatter {node.name} alone"
+    assert target.name not in graph.results(), f"{node.name} scatters into a result of the graph"
+    assert len(node.position) == len(buf.sizes), f"{node.name}: one position per dim"
+    assert all(p.dtype == torch.int64 for p in node.position), f"{node.name}: positions are not int64"
+    assert node.value.dtype == buf.dtype, f"{node.name}: value dtype {node.value.dtype} is not {buf.dtype}"
+    ivars = indexing.loop_vars("i", len(node.ranges))
+    _check_body(node, node.exprs(), set(ivars))
+    ranges = dict(zip(ivars, node.ranges))
+    for p, size in zip(node.position, buf.sizes):
+        if isinstance(p, IndexValue) and node.numel:
+            lo, hi = indexing.bounds(sympy.sympify(p.index), ranges)
+            assert 0 <= lo and hi < size, f"{node.name}: an iterated position leaves its dim"
 
 
 def _check_view(view: View) -> None:

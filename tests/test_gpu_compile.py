@@ -57,6 +57,22 @@ GRAPHS = {
     "random: dropout, randn, randint": (
         lambda x: (torch.nn.functional.dropout(x * 2, 0.5, True) + torch.randn_like(x), torch.randint_like(x, 0, 7)),
         [torch.randn(64, 96, dtype=torch.bfloat16)]),
+    "looped cumsum with prologue and epilogue": (lambda x: torch.cumsum(x * 2, -1) + 1, [torch.randn(4, 5000)]),
+    "cummax values and indices, bf16": (lambda x: torch.cummax(x, -1), [torch.randn(64, 300, dtype=torch.bfloat16)]),
+    "logcumsumexp along a strided dim": (lambda x: torch.logcumsumexp(x, 0), [torch.randn(200, 64)]),
+    "integer cumprod": (lambda x: torch.cumprod(x, 1), [torch.randint(-3, 3, (16, 100), dtype=torch.int32)]),
+    "scatter_add in bf16 (fp32 atomics)": (
+        lambda x, i, s: torch.scatter_add(x, 1, i, s),
+        [torch.randn(8, 64, dtype=torch.bfloat16), torch.randint(0, 64, (8, 32)), torch.randn(8, 32, dtype=torch.bfloat16)]),
+    "scatter_reduce amax and amin": (
+        lambda x, i, s: (torch.scatter_reduce(x, 0, i, s, "amax", include_self=False),
+                         torch.scatter_reduce(x, 0, i, s, "amin")),
+        [torch.randn(16, 8), torch.randint(0, 16, (32, 8)), torch.randn(32, 8)]),
+    "embedding backward (index_put accumulating into zeros)": (
+        lambda g, ids: torch.ops.aten.index_put(torch.zeros(50, 16), [ids], g, True),
+        [torch.randn(4, 9, 16), torch.randint(-50, 50, (4, 9))]),
+    "index_put storing int64": (lambda x, i, v: x.index_put((i,), v), [torch.randint(0, 9, (10, 3)),
+                                                                         torch.tensor([1, 7]), torch.ones(2, 3).long()]),
 }
 target = GPUTarget("cuda", 90, 32)
 count = 0

@@ -2,21 +2,29 @@
 
 import dataclasses
 
+from fusebackend import ir
 from fusebackend.codegen.body import KernelSource
 from fusebackend.codegen.pointwise import generate_pointwise
 from fusebackend.codegen.reduction import generate_reduction
+from fusebackend.codegen.scan import generate_scan
+from fusebackend.codegen.scatter import generate_scatter
 from fusebackend.codegen.wrapper import WrapperSource, generate_wrapper
 from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
 def generate(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
-    """Triton source for one kernel plan: a reduction kernel when the plan reduces.
+    """Triton source for one kernel plan: a scatter kernel when the plan scatters, a scan kernel
+    when it scans, a reduction kernel when it reduces, else a pointwise kernel.
 
     ``pdl``: the kernel is launched with programmatic dependent launch (``runtime.use_pdl``):
     it may start while the kernel before it in the stream still runs, so its first statement
     waits on the GPU until that kernel has finished and its writes are visible.
     """
-    if plan.space.anchor is not None:
+    if any(isinstance(n, ir.Scatter) for n in plan.nodes):
+        source = generate_scatter(plan, index, pdl)
+    elif isinstance(plan.space.anchor, ir.Scan):
+        source = generate_scan(plan, index, pdl)
+    elif plan.space.anchor is not None:
         source = generate_reduction(plan, index, pdl)
     else:
         source = generate_pointwise(plan, index, pdl)

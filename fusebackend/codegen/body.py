@@ -271,7 +271,8 @@ def kernel_name(plan: KernelPlan, index: int) -> str:
         name = m.group(1).strip("_") if m else type(node).__name__.lower()
         if name not in ops:
             ops.append(name)
-    kind = "red" if plan.space.anchor is not None else "pw"
+    kind = ("scatter" if any(isinstance(n, ir.Scatter) for n in plan.nodes) else "scan"
+            if isinstance(plan.space.anchor, ir.Scan) else "red" if plan.space.anchor is not None else "pw")
     shown = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
     return f"fused_{kind}{index}_{shown}"
 

@@ -1,7 +1,7 @@
 """The wrapper: plain Python source that runs one compiled graph.
 
 It unpacks the inputs, allocates every stored buffer with eager's layout (a buffer written into
-an input in place is that input), launches the kernels, calls the externs, frees each buffer
+an input in place is that input, a scatter's result the memory it scattered into), launches the kernels, calls the externs, frees each buffer
 after its last use and returns the outputs. Generated kernels are bound into the wrapper
 module's namespace by name; values that have no literal spelling are bound as ``const<N>``. A
 dump of this source shows exactly what runs.
@@ -56,7 +56,9 @@ def _step_reads(step: KernelPlan | ExternCall, kernel: KernelSource | None, muta
     if isinstance(step, ExternCall):
         return [v.buffer.name for v in step.node.reads()]
     assert kernel is not None
-    return list(kernel.args) + [mutations[b.name] for b in step.stored if b.name in mutations]
+    # an input written in place, and a scatter's target (its output's memory), stay alive until then
+    return (list(kernel.args) + [mutations[b.name] for b in step.stored if b.name in mutations]
+            + [n.target.name for n in step.nodes if isinstance(n, ir.Scatter)])
 
 
 def generate_wrapper(
@@ -70,6 +72,7 @@ def generate_wrapper(
     plan_kernel = {id(k.plan): k for k in kernels}
     steps = list(schedule.steps)
     returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    scattered = {n.buffer.name: n.target.name for n in graph.nodes if isinstance(n, ir.Scatter)}
     last_use: dict[str, int] = {}
     for k, step in enumerate(steps):
         for name in _step_reads(step, plan_kernel.get(id(step)), graph.mutations):
@@ -110,7 +113,7 @@ def generate_wrapper(
             if isinstance(step, ExternCall):
                 _extern(w, step.node, constants, used)
             else:
-                _launch(w, plan_kernel[id(step)], graph.mutations)
+                _launch(w, plan_kernel[id(step)], graph.mutations, scattered)
             if observe:
                 _observe(w, k, step, plan_kernel.get(id(step)), graph.fx_values, used)
             dead = sorted(n for n, last in last_use.items() if last == k and n not in returned)
@@ -159,10 +162,12 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
         w.line(f"del {node.name}")  # the results it holds are freed after their own last use
 
 
-def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str]) -> None:
+def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scattered: dict[str, str]) -> None:
     for buf in kernel.plan.stored:
         if buf.name in mutations:
             w.line(f"{buf.name} = {mutations[buf.name]}  # aten.copy_ into the input, in place")
+        elif buf.name in scattered:
+            w.line(f"{buf.name} = {scattered[buf.name]}  # scattered into, in place")
         else:
             w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
     if kernel.grid == 0:

@@ -332,3 +332,32 @@ def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out
+
+
+def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int]:
+    """Block sizes for a scan kernel: RBLOCK >= rnumel scans each row in one block; shorter
+    blocks loop along the row, carrying the running total from one block to the next.
+
+    Measured on an H100 (torch 2.11, Triton 3.6, 2026-11-23, do_bench, a few runs), fp32 cumsum:
+    blocks of up to 1024 positions, rows packed up to 1024 elements a program: 4096x4096 in 55 to
+    74 us (eager 182 us), looping over each row of 4096. A looped row pays a scan and a reduction
+    (the carry) per block, one after another, so fewer rows than a GPU has SMs loop in blocks of
+    4096 by 16 warps: 16 rows of 262144 in 105 us against 246 us in blocks of 1024 (eager 410 us,
+    Inductor 39 to 112 us), 64 rows of 65536 in 73 against 79 us. A scan along a strided dim takes
+    32 neighbouring columns (coalesced) by up to 64 positions a step: 4096x4096 along dim 0 in 138
+    us (eager 1530 us, Inductor 420 us). Under the interpreter blocks hold at most 32 positions, so
+    that tests exercise the loop with small tensors (its scans cost a Python call per element
+    either way).
+    """
+    r = _next_pow2(max(rnumel, 1))
+    x = _next_pow2(max(xnumel, 1))
+    if use_interpreter():
+        rblock = min(r, 32)
+        return {"XBLOCK": max(1, min(x, 256 // rblock)), "RBLOCK": rblock}
+    if not row_contiguous:
+        return {"XBLOCK": min(32, x), "RBLOCK": min(r, 64), "num_warps": 4}
+    if rnumel > 1024 and xnumel < 128:
+        return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    rblock = min(r, 1024)
+    xblock = max(1, min(x, 1024 // rblock))
+    return {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": max(1, min(8, xblock * rblock // 256))}

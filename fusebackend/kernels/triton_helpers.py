@@ -212,3 +212,31 @@ def randint(seed, stream, offset, span):
     # multiply-shift; biased by at most span / 2**32, as eager's modulo is).
     r0, _, _, _ = philox(seed, stream, offset)
     return tl.umulhi(r0, r0 * 0 + span).to(tl.int64)
+
+
+# Combine functions for tl.associative_scan (codegen/scan.py). Sums scan with ``reduce_sum`` and
+# products with ``scan_prod``: in the interpreter Triton's own combines, which it recognises and
+# scans with numpy (never calling them); compiled, ours.
+scan_prod = getattr(tl.standard, "_prod_combine", combine_prod) if use_interpreter() else combine_prod
+
+
+@triton.jit
+def combine_logsumexp(a, b):
+    # log(exp(a) + exp(b)) = hi + log1p(exp(lo - hi)); equal values (equal infinities among them)
+    # give hi + log 2 without computing inf - inf; a NaN on either side gives NaN
+    hi = maximum(a, b)
+    lo = minimum(a, b)
+    return hi + log1p(tl.exp(tl.where(lo == hi, 0.0, lo - hi)))
+
+
+@triton.jit
+def combine_cummax(v1, i1, v2, i2):
+    # torch.cummax: a NaN, once seen, stays the maximum; of equal values the later position wins
+    later = (v2 != v2) | ((v1 == v1) & (v2 >= v1))
+    return tl.where(later, v2, v1), tl.where(later, i2, i1)
+
+
+@triton.jit
+def combine_cummin(v1, i1, v2, i2):
+    later = (v2 != v2) | ((v1 == v1) & (v2 <= v1))
+    return tl.where(later, v2, v1), tl.where(later, i2, i1)

@@ -620,6 +620,17 @@ class GraphLowering:
         part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
         return part_arg, chunk
 
+    def new_buffer(self, sizes: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> ir.Buffer:
+        """A fresh buffer for a node a composite lowering builds itself (contiguous unless
+        ``strides`` are given and dense)."""
+        return self._new_buffer(tuple(sizes), dtype, None if strides is None else tuple(strides))
+
+    def add_node(self, node: ir.Scan | ir.Scatter) -> TensorArg:
+        """Append a node a composite lowering built (a scan, a scatter); its buffer as a tensor."""
+        self.nodes.append(node)
+        buf = node.buffer
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta"))
+
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
         """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
         if counted:

@@ -10,7 +10,8 @@ where read_bytes(B, G) = min(B.nbytes, sum over the distinct views of B that G l
 elements touched x itemsize); a broadcast view counts its distinct elements once, since a
 broadcast read is served from cache, and a gather (indirect load) one element per element of the
 node that gathers. A buffer written and read only inside G costs nothing: it
-is never written to memory.
+is never written to memory. A scatter reads no part of the target it writes into (the copy that
+precedes it, whose write counts in full) and writes one element per value it scatters.
 
     bytes_saved(A, B) = traffic(A) + traffic(B) - traffic(A u B)
 
@@ -69,14 +70,15 @@ class TrafficModel:
         seen: set[ir.View] = set()
         for name in group:
             node = self.nodes[name]
-            accesses = (
-                [(v, v.distinct_elements()) for v in node.reads()]
-                if isinstance(node, ir.Extern)
-                else [
-                    (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, node.buffer.numel))
-                    for ld in ir.loads(node.body)
+            if isinstance(node, ir.Extern):
+                accesses = [(v, v.distinct_elements()) for v in node.reads()]
+            else:
+                # a gather reads one element per element of its node (of a scatter: per value)
+                per = node.numel if isinstance(node, ir.Scatter) else node.buffer.numel
+                accesses = [
+                    (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, per))
+                    for ld in ir.node_loads(node)
                 ]
-            )
             for view, count in accesses:
                 b = view.buffer
                 if self.written_by.get(b.name) in group or view in seen:
@@ -92,9 +94,17 @@ class TrafficModel:
         if key not in self._memo:
             self._memo[key] = (
                 sum(self.reads(key).values()),
-                sum(b.nbytes for b in self.stored(key)),
+                sum(self._written_bytes(b) for b in self.stored(key)),
             )
         return self._memo[key]
+
+    def _written_bytes(self, buf: ir.Buffer) -> int:
+        """A buffer's size; a scatter writes only the elements it scatters into its target (which
+        the node that wrote the target counts in full)."""
+        node = self.nodes[self.written_by[buf.name]]
+        if isinstance(node, ir.Scatter):
+            return min(node.numel, buf.numel) * buf.dtype.itemsize
+        return buf.nbytes
 
     def bytes_saved(self, a: Iterable[str], b: Iterable[str]) -> int:
         a, b = list(a), list(b)

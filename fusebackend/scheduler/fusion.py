@@ -1,6 +1,8 @@
 """Fusion: group IR nodes into kernels, greedily by the bytes each fusion saves.
 
-Every Pointwise or Reduction node starts as its own group; externs stay alone. Candidates are
+Every Pointwise, Reduction, Scan or Scatter node starts as its own group; externs stay alone (a
+scatter takes in only the pointwise producers of its positions and values, see
+``scan_scatter_space.py``, and merges with no sibling). Candidates are
 pairs of groups where one reads what the other writes (vertical) or both read one buffer
 (horizontal). Each candidate is checked for legality (``why_not``), scored by
 ``cost_model.TrafficModel.bytes_saved`` and the best legal one is merged, until no candidate
@@ -189,7 +191,7 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
 
     def small(g: str) -> bool:
         members = groups.members[g]
-        return not any(isinstance(groups.nodes[n], ir.Extern) for n in members) and (
+        return not any(isinstance(groups.nodes[n], (ir.Extern, ir.Scatter)) for n in members) and (
             sum(model.traffic(members)) <= SMALL_KERNEL_BYTES)
 
     merged = True
@@ -222,6 +224,9 @@ def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
     for node in nodes:
         if isinstance(node, ir.Reduction):
             return (node.buffer.numel, node.reduction_numel)
+        if isinstance(node, ir.Scan):  # rows and positions, like a reduction's
+            positions = node.buffer.sizes[node.dim]
+            return (node.buffer.numel // max(positions, 1), positions)
     return (max(n.buffer.numel for n in nodes if isinstance(n, ir.Pointwise)),)
 
 

@@ -5,8 +5,9 @@ that producer's expansion, down to *leaves* that are not pointwise (graph inputs
 reductions) or whose own expansion is too large. A node is recomputed in its readers when
 
 - it has two or more readers (a single reader is ordinary fusion's business), none of them an
-  extern, a gather (those need it in memory) or a node after a mutating extern that follows it
-  (recomputed there, it could see the mutated values), and the graph does not return it;
+  extern, a gather, a scatter (those need it in memory) or a node after a mutating extern that
+  follows it (recomputed there, it could see the mutated values), and the graph does not
+  return it;
 - its expansion holds at most ``MAX_OPS`` distinct operations and no gather;
 - the leaves it reads in full (views with at least as many distinct elements as the node; a
   per-channel or per-row value is served by the cache) take no more bytes per element than the
@@ -55,7 +56,7 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
         return graph, (), ()
     nodes: list[ir.Node] = []
     for node in graph.nodes:
-        if isinstance(node, (ir.Pointwise, ir.Reduction)):
+        if isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             used = dict.fromkeys(ld.view.buffer.name for ld in ir.loads(node.body)
                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in candidates)
             if used:
@@ -104,7 +105,10 @@ def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[
             if node.mutates:
                 before_mutation = set(computed)
         else:
-            pinned |= {ld.view.buffer.name for ld in ir.loads(node.body) if isinstance(ld, ir.IndirectLoad)}
+            pinned |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
+        if isinstance(node, ir.Scatter):
+            # its target is the memory it writes into; and its expressions take no substitution
+            pinned |= {v.buffer.name for v in node.reads()}
     return {
         name: node for name, node in expansions.items()
         if name not in returned | pinned and readers.get(name, 0) >= 2 and _cheap(node)

@@ -40,7 +40,7 @@ R = indexing.var("rindex")
 class KernelSpace:
     xnumel: int
     rnumel: int  # 1 for a pointwise kernel
-    anchor: ir.Reduction | None
+    anchor: ir.Reduction | ir.Scan | None  # a scan's kernel has rows and positions too
     # node name -> its loop variables in terms of xindex / rindex (stored nodes and row values)
     mapping: dict[str, dict[sympy.Symbol, sympy.Expr]]
     # node name -> where (a bool expression in xindex / rindex) its full-size store is made
@@ -75,6 +75,12 @@ def _reduction_mapping(node: ir.Reduction, ranges: dict[sympy.Symbol, int]) -> d
 
 def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     """The space these nodes share as one kernel; raises SpaceError with the reason if none."""
+    if any(isinstance(n, (ir.Scan, ir.Scatter)) for n in nodes):
+        # imported here: that module builds on this one's KernelSpace
+        from fusebackend.scheduler.scan_scatter_space import plan_scan_space, plan_scatter_space
+
+        scatter = any(isinstance(n, ir.Scatter) for n in nodes)
+        return plan_scatter_space(nodes, stored) if scatter else plan_scan_space(nodes, stored)
     reductions = [n for n in nodes if isinstance(n, ir.Reduction)]
     if not reductions:
         # Only stored nodes iterate; the others are inlined wherever they are loaded, so a
