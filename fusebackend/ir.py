@@ -105,6 +105,9 @@ OP_ARITY: dict[str, int] = {
     "where": 3,
     # dtype conversion (the target dtype is the Op's dtype)
     "to": 1,
+    # special math functions (fp32; signbit, copysign and hypot also fp64): kernels/math_helpers.py
+    "atan": 1, "atan2": 2, "sinh": 1, "asinh": 1, "acosh": 1, "erfc": 1, "erfcx": 1, "erfinv": 1,
+    "ndtri": 1, "lgamma": 1, "digamma": 1, "hypot": 2, "copysign": 2, "signbit": 1,
 }
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -243,6 +246,10 @@ def _fold_table() -> dict[str, Callable[..., torch.Tensor]]:
         "logical_or": t.logical_or, "logical_xor": t.logical_xor, "logical_not": t.logical_not,
         "bitwise_and": t.bitwise_and, "bitwise_or": t.bitwise_or, "bitwise_xor": t.bitwise_xor,
         "bitwise_not": t.bitwise_not, "where": t.where,
+        "atan": t.atan, "atan2": t.atan2, "sinh": t.sinh, "asinh": t.asinh, "acosh": t.acosh,
+        "erfc": t.erfc, "erfcx": t.special.erfcx, "erfinv": t.erfinv, "ndtri": t.special.ndtri,
+        "lgamma": t.lgamma, "digamma": t.digamma, "hypot": t.hypot, "copysign": t.copysign,
+        "signbit": t.signbit,
     }
 
 

@@ -54,6 +54,12 @@ GRAPHS = {
     "batch-norm backward, recomputed chains": (
         bn_backward, [x4, torch.randn(16, dtype=torch.bfloat16), torch.randn(16, dtype=torch.bfloat16),
                       torch.randn(4, 16, 32, 32, dtype=torch.bfloat16).contiguous(memory_format=cl)]),
+    "special math functions, literal helper arguments": (
+        lambda x, y: (torch.atan2(x, y), torch.asin(x.tanh()), torch.sinh(x), torch.asinh(x), torch.acosh(y.abs() + 1),
+                      torch.erfc(x), torch.special.erfcx(x.float()), torch.erfinv(x.tanh()), torch.special.ndtri(y.sigmoid()),
+                      torch.lgamma(x), torch.digamma(x), torch.hypot(x, y), torch.signbit(x),
+                      torch.copysign(torch.ones_like(x), y), torch.atan2(torch.full_like(x, 2.0), y)),
+        [torch.randn(1000, dtype=torch.bfloat16), torch.randn(1000)]),
 }
 target = GPUTarget("cuda", 90, 32)
 count = 0

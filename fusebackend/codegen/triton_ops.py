@@ -61,7 +61,26 @@ OP_TEMPLATES: dict[str, str] = {
     "bitwise_xor": "{0} ^ {1}",
     "bitwise_not": "~{0}",
     "where": "tl.where({0}, {1}, {2})",
+    "atan": "th.atan({0})",
+    "atan2": "th.atan2({0}, {1})",
+    "sinh": "th.sinh({0})",
+    "asinh": "th.asinh({0})",
+    "acosh": "th.acosh({0})",
+    "erfc": "th.erfc({0})",
+    "erfcx": "th.erfcx({0})",
+    "erfinv": "th.erfinv({0})",
+    "ndtri": "th.ndtri({0})",
+    "lgamma": "th.lgamma({0})",
+    "digamma": "th.digamma({0})",
+    "hypot": "th.hypot({0}, {1})",
+    "copysign": "th.copysign({0}, {1})",
+    "signbit": "th.signbit({0})",
 }
+
+
+def takes_tensors(name: str) -> bool:
+    """Whether the op renders as a helper call, whose arguments must be tensors, never literals."""
+    return OP_TEMPLATES.get(name, "").startswith("th.")
 
 
 def render_op(name: str, args: list[str], dtype: torch.dtype, arg_dtypes: list[torch.dtype]) -> str:

@@ -148,3 +148,11 @@ else:
     @triton.jit
     def to_bf16(x):
         return x.to(tl.bfloat16)
+
+
+# The special math functions (inverse trigonometric, hyperbolic, error and gamma functions) and
+# the sign-bit helpers have their own module; kernels reach them as th.<name> all the same.
+from fusebackend.kernels.math_helpers import (  # noqa: E402,F401
+    acosh, asinh, atan, atan2, copysign, digamma, erfc, erfcx, erfinv, hypot, lgamma, ndtri, signbit,
+    sinh,
+)

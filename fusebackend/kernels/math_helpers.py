@@ -1,0 +1,352 @@
+"""Device functions for the special math functions: atan, sinh, lgamma, erfinv and their kin.
+
+Generated kernels call them as ``th.<name>`` (``triton_helpers`` imports them). They are written
+with Triton builtins only, as every helper is (no libdevice: the interpreter lacks it), and take
+fp32 tensors, except ``signbit``, ``copysign`` and ``hypot``, which also take fp64; the lowerings
+(``lowering/math_ops.py``) keep every other function of fp64 an ATen call.
+
+The polynomials are our own near-minimax fits (least squares on Chebyshev nodes, reweighted
+towards the largest error, against 40-digit mpmath values), evaluated with fma. Accuracy, as
+the largest relative error against float64 over the fp32 domain (measured on the CPU, see
+tests/test_math_ops.py): atan, atan2, asin, acos, sinh, asinh, acosh, erfinv, digamma away from
+its root: a few ulp (<= 4e-7); erfc and erfcx: <= 6e-7 wherever the result is a normal float;
+lgamma: <= 5e-7 and exactly 0 at 1 and 2. Where eager's own fp32 algorithm loses precision
+(digamma and lgamma near their roots, through cancellation), these match it within 1e-6
+absolute.
+"""
+
+import triton
+import triton.language as tl
+
+# ------------------------------------------------------------------------------- bit tests
+
+
+@triton.jit
+def signbit(x):
+    # The sign bit itself, so that -0.0 and NaNs with the bit set count as negative.
+    if x.dtype == tl.float64:
+        return x.to(tl.int64, bitcast=True) < 0
+    else:
+        return x.to(tl.int32, bitcast=True) < 0
+
+
+@triton.jit
+def copysign(a, b):
+    # Negation and abs only flip or clear the sign bit (NaN payloads stay as they are).
+    m = tl.abs(a)
+    return tl.where(signbit(b), -m, m)
+
+
+@triton.jit
+def hypot(a, b):
+    # sqrt(a^2 + b^2) scaled by the larger magnitude, so that neither overflows nor underflows;
+    # an infinite side wins over a NaN on the other, as in C.
+    a = tl.abs(a)
+    b = tl.abs(b)
+    big = tl.where(a > b, a, b)
+    small = tl.where(a > b, b, a)
+    r = small / tl.where(big == 0.0, 1.0, big)
+    h = big * tl.sqrt(1.0 + r * r)
+    return tl.where((a == float("inf")) | (b == float("inf")), float("inf"), h)
+
+
+# ----------------------------------------------------------------- inverse trigonometry
+
+
+@triton.jit
+def _atan_reduced(t):
+    # atan(t) for |t| <= tan(pi/8): t + t^3 P(t^2), relative error 5e-8
+    s = t * t
+    p = tl.fma(s, -6.4563736124e-02, 1.0745265511e-01)
+    p = tl.fma(p, s, -1.4264121401e-01)
+    p = tl.fma(p, s, 1.9999546242e-01)
+    p = tl.fma(p, s, -3.3333331793e-01)
+    return tl.fma(t * s, p, t)
+
+
+@triton.jit
+def _atan_nonneg(a):
+    # atan(a) for a >= 0 (inf included): a, (a - 1) / (a + 1) or -1 / a lands in [-tan(pi/8),
+    # tan(pi/8)], offset by 0, pi/4 or pi/2.
+    mid = a > 0.41421356237309503
+    far = a > 2.414213562373095
+    t = tl.where(far, -1.0 / a, tl.where(mid, (a - 1.0) / (a + 1.0), a))
+    base = tl.where(far, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
+    return base + _atan_reduced(t)
+
+
+@triton.jit
+def atan(x):
+    return copysign(_atan_nonneg(tl.abs(x)), x)
+
+
+@triton.jit
+def atan2(y, x):
+    # The first-quadrant angle of (|x|, |y|) from the smaller over the larger side (in [0, 1], so
+    # no overflow), then mirrored: past the diagonal, into the left half-plane (x < 0 or -0.0),
+    # and to y's sign. Zeros and infinities land on C's atan2 values (atan2(+-0, -0) = +-pi,
+    # atan2(+-inf, -inf) = +-3pi/4...).
+    ax = tl.abs(x)
+    ay = tl.abs(y)
+    big = tl.where(ay > ax, ay, ax)
+    small = tl.where(ay > ax, ax, ay)
+    both_inf = (ax == float("inf")) & (ay == float("inf"))
+    t = tl.where(both_inf, 1.0, small / tl.where(big == 0.0, 1.0, big))
+    a = _atan_nonneg(t)
+    a = tl.where(ay > ax, 1.5707963267948966 - a, a)
+    a = tl.where(signbit(x), 3.141592653589793 - a, a)
+    return tl.where((x != x) | (y != y), x + y, copysign(a, y))
+
+
+# ------------------------------------------------------------------- hyperbolic functions
+
+
+@triton.jit
+def sinh(x):
+    # Taylor series below 1, where exp(x) - exp(-x) would cancel; above, half the difference,
+    # and from 88 on (exp overflows, sinh not yet) exp(x/2)^2 / 2.
+    ax = tl.abs(x)
+    s = x * x
+    p = tl.fma(s, 2.505210838544172e-08, 2.755731922398589e-06)
+    p = tl.fma(p, s, 1.984126984126984e-04)
+    p = tl.fma(p, s, 8.333333333333333e-03)
+    p = tl.fma(p, s, 1.6666666666666666e-01)
+    small = tl.fma(x * s, p, x)
+    e = tl.exp(ax)
+    h = tl.exp(0.5 * ax)
+    big = tl.where(ax < 88.0, 0.5 * e - 0.5 / e, (0.5 * h) * h)
+    return tl.where(ax < 1.0, small, tl.where(x < 0.0, -big, big))
+
+
+@triton.jit
+def _log1p(x):
+    # log(u) * x / (u - 1) with u = 1 + x (as triton_helpers.log1p, which cannot be imported here)
+    u = 1.0 + x
+    d = u - 1.0
+    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+
+
+@triton.jit
+def asinh(x):
+    # log1p(a + a^2 / (1 + sqrt(1 + a^2))) keeps the digits near 0; from 2^12 on, where the 1
+    # no longer counts and a^2 would later overflow, log(2a).
+    a = tl.abs(x)
+    s = a * a
+    near = _log1p(a + s / (1.0 + tl.sqrt(1.0 + s)))
+    far = tl.log(a) + 0.6931471805599453
+    return copysign(tl.where(a < 4096.0, near, far), x)
+
+
+@triton.jit
+def acosh(x):
+    # log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact) keeps the digits near 1; log(2x) far out.
+    t = x - 1.0
+    near = _log1p(t + tl.sqrt(t * (t + 2.0)))
+    far = tl.log(x) + 0.6931471805599453
+    r = tl.where(x < 4096.0, near, far)
+    return tl.where(x < 1.0, float("nan"), r)
+
+
+# ---------------------------------------------------------------------- error functions
+
+
+@triton.jit
+def _exp_square(x, sign):
+    # exp(sign * x^2) without the rounding of x^2 growing with x: x = hi + lo where hi keeps 12
+    # bits, so hi^2 is exact and only the small part hi^2 - x^2 = (hi - x)(hi + x) is rounded.
+    hi = (x.to(tl.int32, bitcast=True) & -4096).to(tl.float32, bitcast=True)
+    return tl.exp(sign * hi * hi) * tl.exp(-sign * ((hi - x) * (hi + x)))
+
+
+@triton.jit
+def _erfcx_tail(x):
+    # exp(x^2) erfc(x) for x >= 0.5 (inf included) as t P(t) with t = 2 / (2 + x), relative
+    # error 5e-9 before fp32 rounding.
+    t = 2.0 / (2.0 + x)
+    p = tl.fma(t, 2.5113386504e-02, -1.6412227076e-01)
+    p = tl.fma(p, t, 3.7705449209e-01)
+    p = tl.fma(p, t, -3.4889643718e-01)
+    p = tl.fma(p, t, 7.4265558058e-02)
+    p = tl.fma(p, t, -3.9798748865e-02)
+    p = tl.fma(p, t, 8.9538465763e-02)
+    p = tl.fma(p, t, 1.7576635470e-01)
+    p = tl.fma(p, t, 2.4685868598e-01)
+    p = tl.fma(p, t, 2.8209432135e-01)
+    p = tl.fma(p, t, 2.8209479318e-01)
+    return t * p
+
+
+@triton.jit
+def erfc(x):
+    # 1 - erf(x) where that does not cancel (x < 0.5); exp(-x^2) erfcx(x) beyond. Past 20 the
+    # result is 0 in fp32 (clamped, so that inf gives no inf - inf).
+    xc = tl.where(x > 20.0, 20.0, x)
+    tail = _exp_square(xc, -1.0) * _erfcx_tail(xc)
+    return tl.where(x < 0.5, 1.0 - tl.erf(x), tail)
+
+
+@triton.jit
+def erfcx(x):
+    # exp(x^2) erfc(x): the tail fit from 0.5 on; below, exp(x^2) (1 - erf(x)), which overflows
+    # to inf below about -9.4, as the function does in fp32 (clamped so that -inf gives inf).
+    xc = tl.where(x < -20.0, -20.0, x)
+    near = _exp_square(xc, 1.0) * (1.0 - tl.erf(xc))
+    return tl.where(x < 0.5, near, _erfcx_tail(x))
+
+
+@triton.jit
+def _erfinv_given_w(x, w):
+    # erfinv(x) = x P(w) with w = -log((1 - x)(1 + x)), passed in by the caller so that ndtri
+    # can compute it from p without rounding 2p - 1. Three fits: w < 5 in w; then in sqrt(w),
+    # up to 4 (the last fp32 below 1) and up to 10.2 (ndtri's smallest p).
+    v = w - 2.5
+    c = tl.fma(v, -8.7911832812e-09, 2.3232710624e-08)
+    c = tl.fma(c, v, 4.6617241413e-07)
+    c = tl.fma(c, v, -3.4627055728e-06)
+    c = tl.fma(c, v, -4.9633558563e-06)
+    c = tl.fma(c, v, 2.1834444252e-04)
+    c = tl.fma(c, v, -1.2527418650e-03)
+    c = tl.fma(c, v, -4.1773867848e-03)
+    c = tl.fma(c, v, 2.4664028615e-01)
+    c = tl.fma(c, v, 1.5014093593e+00)
+    s = tl.sqrt(w)
+    u = s - 3.0
+    m = tl.fma(u, 1.2896687653e-04, -3.1872709805e-04)
+    m = tl.fma(m, u, -7.6622032174e-05)
+    m = tl.fma(m, u, 1.4958612889e-03)
+    m = tl.fma(m, u, -3.5869870203e-03)
+    m = tl.fma(m, u, 5.6831706846e-03)
+    m = tl.fma(m, u, -7.6394100493e-03)
+    m = tl.fma(m, u, 9.4456843799e-03)
+    m = tl.fma(m, u, 1.0016750868e+00)
+    m = tl.fma(m, u, 2.8329767957e+00)
+    v = s - 7.0
+    f = tl.fma(v, 1.6167138193e-08, -9.4513256766e-08)
+    f = tl.fma(f, v, 2.3230707745e-07)
+    f = tl.fma(f, v, -1.2968223100e-06)
+    f = tl.fma(f, v, 6.4237168077e-06)
+    f = tl.fma(f, v, 5.3921209288e-06)
+    f = tl.fma(f, v, -5.1326403237e-04)
+    f = tl.fma(f, v, 1.0085962633e+00)
+    f = tl.fma(f, v, 6.8690198225e+00)
+    return x * tl.where(w < 5.0, c, tl.where(s < 4.0, m, f))
+
+
+@triton.jit
+def erfinv(x):
+    r = _erfinv_given_w(x, -tl.log((1.0 - x) * (1.0 + x)))  # NaN outside [-1, 1]
+    return tl.where(tl.abs(x) == 1.0, x * float("inf"), r)
+
+
+@triton.jit
+def ndtri(p):
+    # The normal quantile sqrt(2) erfinv(2p - 1), with (1 - x)(1 + x) = 4p(1 - p) exact for
+    # small p, where 2p - 1 has already rounded to -1.
+    r = 1.4142135623730951 * _erfinv_given_w(2.0 * p - 1.0, -tl.log(4.0 * p * (1.0 - p)))
+    return tl.where(p == 0.0, float("-inf"), tl.where(p == 1.0, float("inf"), r))
+
+
+# ---------------------------------------------------------------------- gamma functions
+
+
+@triton.jit
+def _sinpi(r):
+    # sin(pi r) for |r| <= 1/2, relative error 5e-9
+    s = r * r
+    p = tl.fma(s, 7.7560383247e-02, -5.9824212449e-01)
+    p = tl.fma(p, s, 2.5500697260e+00)
+    p = tl.fma(p, s, -5.1677096848e+00)
+    p = tl.fma(p, s, 3.1415926369e+00)
+    return r * p
+
+
+@triton.jit
+def _cospi(r):
+    # cos(pi r) for |r| <= 1/2, absolute error 2e-10
+    s = r * r
+    p = tl.fma(s, -2.4396715783e-02, 2.3493755844e-01)
+    p = tl.fma(p, s, -1.3352120566e+00)
+    p = tl.fma(p, s, 4.0587091643e+00)
+    p = tl.fma(p, s, -4.9348021372e+00)
+    return tl.fma(p, s, 9.9999999978e-01)
+
+
+@triton.jit
+def _reduce_half(x):
+    # x minus its nearest integer, in [-1/2, 1/2], exactly (sin(pi x) and cot(pi x) repeat).
+    # x - floor(x) is exact from |x| >= 1/2 on; below, x itself is the answer.
+    f = x - tl.floor(x)
+    return tl.where(tl.abs(x) <= 0.5, x, tl.where(f > 0.5, f - 1.0, f))
+
+
+@triton.jit
+def _lgamma_near2(z):
+    # lgamma(2 + z) for |z| <= 1/2, as z P(z): exactly 0 at z = 0, relative error 2.4e-9
+    p = tl.fma(z, -2.6984333108e-04, 5.6982242772e-04)
+    p = tl.fma(p, z, -1.1778459540e-03)
+    p = tl.fma(p, z, 2.8790563786e-03)
+    p = tl.fma(p, z, -7.3874265665e-03)
+    p = tl.fma(p, z, 2.0581601959e-02)
+    p = tl.fma(p, z, -6.7352218836e-02)
+    p = tl.fma(p, z, 3.2246701878e-01)
+    p = tl.fma(p, z, 4.2278433451e-01)
+    return z * p
+
+
+@triton.jit
+def _lgamma_nonneg(x):
+    # lgamma(x) for x >= 0 through lgamma(x + 1) = lgamma(x) + log(x), anchored at the fit
+    # around 2 (which keeps the roots at 1 and 2 exact):
+    #   [0, 1/2): lgamma(x + 2) - log(x (1 + x))     [1/2, 3/2): lgamma(x + 1) - log(x)
+    #   [3/2, 5/2): the fit                          [5/2, 8): lgamma(x - k) + log((x-1)..(x-k))
+    #   [8, inf): Stirling's series.
+    # Every shifted argument below 8 is exact in fp32.
+    k = tl.where(x < 2.5, 0.0, tl.floor(x - 1.5))
+    z = tl.where(x < 0.5, x, tl.where(x < 1.5, x - 1.0, x - k - 2.0))
+    prod = tl.where(x < 2.5, 1.0, x - 1.0)
+    for j in tl.static_range(2, 7):
+        prod = tl.where(k >= j, prod * (x - j), prod)
+    below = tl.where(x < 0.5, x * (1.0 + x), x)
+    shift = tl.where(x < 1.5, -tl.log(below), tl.log(prod))
+    small = _lgamma_near2(z) + shift
+    lx = tl.log(x)
+    r = 1.0 / x
+    r2 = r * r
+    series = r * tl.fma(r2, tl.fma(r2, tl.fma(r2, -5.952380952380953e-04, 7.936507936507937e-04),
+                                   -2.777777777777778e-03), 8.333333333333333e-02)
+    stirling = x * (lx - 1.0) - 0.5 * lx + 0.9189385332046727 + series
+    return tl.where(x < 8.0, small, stirling)
+
+
+@triton.jit
+def lgamma(x):
+    # Negative x by reflection: lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x), inf at the
+    # poles (negative integers, zero) and at +-inf.
+    neg = x < 0.0
+    g = _lgamma_nonneg(tl.where(neg, 1.0 - x, x))
+    reflected = 1.1447298858494002 - tl.log(tl.abs(_sinpi(_reduce_half(x)))) - g
+    r = tl.where(neg, reflected, g)
+    return tl.where(tl.abs(x) == float("inf"), float("inf"), r)
+
+
+@triton.jit
+def digamma(x):
+    # As ATen computes it: psi(y) = psi(y + 1) - 1/y up to y >= 10, then the asymptotic series
+    # log(y) - 1/(2y) - sum B2k / (2k y^2k); negative x by reflection, psi(1 - x) - pi cot(pi x).
+    # Poles: NaN at negative integers and -inf, -inf at +0 and +inf at -0 (as eager).
+    neg = x < 0.0
+    y = tl.where(neg, 1.0 - x, x)
+    acc = tl.zeros_like(y)
+    for _ in tl.static_range(10):
+        below = y < 10.0
+        acc += tl.where(below, 1.0 / y, 0.0)
+        y = tl.where(below, y + 1.0, y)
+    r = 1.0 / y
+    r2 = r * r
+    series = r2 * tl.fma(r2, tl.fma(r2, tl.fma(r2, -4.1666666666666664e-03, 3.968253968253968e-03),
+                                    -8.333333333333333e-03), 8.333333333333333e-02)
+    psi = tl.log(y) - 0.5 * r - series - acc
+    t = _reduce_half(x)
+    reflected = psi - 3.141592653589793 * _cospi(t) / _sinpi(t)
+    psi = tl.where(neg, tl.where(t == 0.0, float("nan"), reflected), psi)
+    return tl.where(x == 0.0, tl.where(signbit(x), float("inf"), float("-inf")), psi)
