@@ -44,10 +44,12 @@ def tanh(x):
 
 @triton.jit
 def log1p(x):
-    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x (Goldberg's trick).
+    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x (Goldberg's trick);
+    # log1p(inf) is inf (inf / inf would make it NaN).
     u = 1.0 + x
     d = u - 1.0
-    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    r = tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    return tl.where(x == float("inf"), x, r)
 
 
 @triton.jit
