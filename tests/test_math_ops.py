@@ -39,8 +39,14 @@ FLOATS = (f32, f16, bf16)
 
 def _values(shape: tuple[int, ...], dtype: torch.dtype, domain: str) -> torch.Tensor:
     """A fresh random tensor of ``shape`` and ``dtype`` inside ``domain``."""
+    if domain == "exps":  # ldexp's exponents: always integers
+        return torch.randint(-30, 30, shape, dtype=i32)
     if not dtype.is_floating_point:
         lo, hi = {"unit": (-1, 2), "ge1": (1, 20), "prob": (0, 2), "pos": (1, 20)}.get(domain, (-3, 20))
+        if domain == "shifts":  # past the bit width and negative amounts too
+            lo, hi = (0, 70) if dtype == torch.uint8 else (-2, 70)
+        if domain == "ints":
+            lo, hi = (0, 200) if dtype == torch.uint8 else (-100, 100)
         if dtype == b1:
             return torch.rand(shape) < 0.5
         return torch.randint(lo, hi, shape, dtype=dtype)
@@ -51,6 +57,8 @@ def _values(shape: tuple[int, ...], dtype: torch.dtype, domain: str) -> torch.Te
         x = torch.rand(n) * 1.9 - 0.95
     elif domain == "ge1":  # acosh
         x = 1 + torch.rand(n) * 6
+    elif domain == "pos":  # trigamma (eager's reflection is inexact for x < 0)
+        x = torch.rand(n) * 8 + 0.01
     elif domain == "prob":  # ndtri
         x = torch.rand(n) * 0.998 + 0.001
     elif domain == "gamma":  # lgamma, digamma: both signs, away from the poles by 0.05
@@ -112,6 +120,26 @@ OPS: list[MathOp] = [
     _op("signbit", torch.signbit, "signs", FLOATS + (i32, b1), "signbit", exact=True),
     _op("round_decimals", lambda a: torch.round(a, decimals=2), "wide", FLOATS),
     _op("round_neg_decimals", lambda a: torch.round(a, decimals=-1), "hundreds", FLOATS),
+    _op("trigamma", lambda a: torch.polygamma(1, a), "pos", FLOATS + (i32,), "trigamma"),
+    _op("i0", torch.i0, "wide", FLOATS + (i64,), "i0"),
+    _op("i0e", S.i0e, "wide", FLOATS + (i32,), "i0e"),
+    _op("i1", S.i1, "wide", FLOATS + (i64,), "i1"),
+    _op("i1e", S.i1e, "wide", FLOATS + (i32,), "i1e"),
+    _op("spherical_bessel_j0", S.spherical_bessel_j0, "wide", (f32, i64)),
+    _op("angle", torch.angle, "signs", FLOATS + (i32,), exact=True),
+    _op("ldexp", torch.ldexp, ("wide", "exps"), FLOATS, exact=True),
+    _op("nextafter", torch.nextafter, ("wide", "signs"), (f32, f64), "nextafter", exact=True),
+    _op("xlogy_scalar", lambda a: torch.xlogy(2.0, a), "ge1", (f32, bf16)),
+    _op("remainder_scalar_tensor", lambda a: torch.remainder(5.5, a), "ge1", (f32, f16, i32)),
+    # integers
+    _op("lshift", lambda a, b: a << b, ("ints", "shifts"), (i32, i64, torch.int8, torch.uint8), exact=True),
+    _op("rshift", lambda a, b: a >> b, ("ints", "shifts"), (i64, i32, torch.int8, torch.uint8), exact=True),
+    _op("lshift_scalar", lambda a: a << 3, "ints", (i64, torch.int8), exact=True),
+    _op("rshift_scalar_wide", lambda a: torch.bitwise_right_shift(a, 40), "ints", (i32, i64), exact=True),
+    _op("shift_scalar_tensor", lambda a: torch.bitwise_left_shift(3, a), "shifts", (i32, torch.int8), exact=True),
+    _op("bitwise_and_scalar_tensor", lambda a: torch.bitwise_and(6, a), "ints", (i32, torch.uint8), exact=True),
+    _op("gcd", torch.gcd, ("ints", "ints"), (i32, i64, torch.int8, torch.uint8), "gcd", exact=True),
+    _op("lcm", torch.lcm, ("ints", "ints"), (i64, i32, torch.int16), "gcd", exact=True),
 ]
 OPS_BY_NAME = {o.name: o for o in OPS}
 
@@ -148,12 +176,13 @@ def test_op_dtype(info: MathOp, dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("layout", ["transposed", "sliced", "0dim", "one"])
 @pytest.mark.parametrize("info", OPS, ids=lambda o: o.name)
 def test_op_layout(info: MathOp, layout: str) -> None:
+    dtype = info.dtypes[0]
     if layout == "transposed":
-        args = [a.t() for a in _inputs(info, (7, 5), f32)]
+        args = [a.t() for a in _inputs(info, (7, 5), dtype)]
     elif layout == "sliced":
-        args = [a[1::2, ::3] for a in _inputs(info, (9, 10), f32)]
+        args = [a[1::2, ::3] for a in _inputs(info, (9, 10), dtype)]
     else:
-        args = _inputs(info, () if layout == "0dim" else (1,), f32)
+        args = _inputs(info, () if layout == "0dim" else (1,), dtype)
     out = _check_op(info, args)
     assert out.shape == args[0].shape and out.stride() == info.fn(*args).stride()
 
@@ -162,8 +191,11 @@ def test_op_layout(info: MathOp, layout: str) -> None:
 
 _SPECIALS = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 1e-30, -1e-30,
              1e-40, 1e30, -1e30, 0.9999999, -0.9999999, 1.0000001, 9.5, -9.5, 20.0, -20.0, 88.0, -88.0, 1e38]
-UNARY_SPECIAL = [o for o in OPS if len(o.domains) == 1]
-BINARY_SPECIAL = [o for o in OPS if len(o.domains) == 2]
+# Float ops. Trigamma's poles and negative arguments have their own test (eager is inexact
+# there); eager's remainder by a subnormal is NaN or not depending on its loop.
+SPECIAL = [o for o in OPS if o.dtypes[0].is_floating_point and o.name not in ("trigamma", "remainder_scalar_tensor")]
+UNARY_SPECIAL = [o for o in SPECIAL if len(o.domains) == 1]
+BINARY_SPECIAL = [o for o in SPECIAL if len(o.domains) == 2 and "exps" not in o.domains]
 
 
 def _same_signed_zeros(out: torch.Tensor, expected: torch.Tensor) -> None:
@@ -223,6 +255,12 @@ ACCURACY = {
     "lgamma": (lambda: torch.cat([_sweep(1e-30, 1e30, log=True), _sweep(0, 10, n=6000)]), 8e-7, 0.2),
     # digamma: eager's own algorithm (the recurrence loses digits near the root at 1.4616)
     "digamma": (lambda: torch.cat([_sweep(1e-30, 1e30, log=True), _sweep(-10, 20, n=6000)]), 1e-5, 0.5),
+    "trigamma": (lambda: torch.cat([_sweep(1e-30, 1e30, log=True), _sweep(0, 20, n=6000)]), 1e-6, 0.0),
+    "i0": (lambda: _sweep(1e-30, 88.0, log=True, signs=True), 5e-7, 0.0),
+    "i0e": (lambda: _sweep(1e-30, 1e30, log=True, signs=True), 5e-7, 0.0),
+    "i1": (lambda: _sweep(1e-30, 88.0, log=True, signs=True), 5e-7, 0.0),
+    "i1e": (lambda: _sweep(1e-30, 1e30, log=True, signs=True), 5e-7, 0.0),
+    "spherical_bessel_j0": (lambda: torch.cat([_sweep(1e-30, 1e4, log=True, signs=True), _sweep(-20, 20)]), 4e-7, 0.01),
 }
 
 
@@ -299,15 +337,52 @@ def test_fmax_fmin_signed_zeros_and_nan() -> None:
             _same_signed_zeros(out, fn(a, b))
 
 
-def test_sinh_cosh_near_fp32_overflow() -> None:
-    # sinh and cosh stay finite up to 89.41 (exp overflows at 88.72). Eager agrees on CUDA and
-    # in its scalar CPU loop; its vectorized CPU loop gives inf from 88.72 on. We follow the
-    # function: compared with float64 here.
-    x = torch.tensor([88.5, 88.75, 89.0, 89.4, 89.5, -88.9, -89.3])
-    for fn in (torch.sinh, torch.cosh):
+def test_near_fp32_overflow() -> None:
+    # sinh and cosh stay finite up to 89.41, i0 and i1 up to 91.9 (exp overflows at 88.72).
+    # Eager's vectorized CPU loop gives inf from 88.72 on (its scalar loop and CUDA agree with
+    # the function for sinh). We follow the function: compared with float64 here.
+    x = torch.tensor([88.5, 88.75, 89.0, 89.4, 89.5, -88.9, -89.3, 90.5, 91.8, 92.0])
+    for fn in (torch.sinh, torch.cosh, torch.i0, S.i1):
         out = torch.compile(fn, backend="fuse")(x)
         torch.testing.assert_close(out, fn(x.double()).float(), rtol=1e-6, atol=0.0)
     assert not fusebackend.metrics.fallbacks
+
+
+def test_trigamma_poles_and_negative_arguments() -> None:
+    # Reflection with an exact sin(pi x): +inf at 0 and the negative integers. Eager computes
+    # sin(pi * x) after rounding pi * x, which gives about 1e15 at the poles and loses digits as
+    # |x| grows (at x = -8011.0001 it is off by a factor of 400), so float64 is the reference.
+    poles = torch.tensor([0.0, -0.0, -1.0, -2.0, -17.0, -1e6])
+    out = torch.compile(lambda x: torch.polygamma(1, x), backend="fuse")(poles)
+    assert torch.equal(out, torch.full_like(poles, math.inf))
+    x = _sweep(-30, 0, n=5000)
+    x = x[(x - x.round()).abs() > 1e-3]
+    out = torch.compile(lambda x: torch.polygamma(1, x), backend="fuse")(x)
+    ref = torch.polygamma(1, x.double())
+    assert ((out.double() - ref).abs() / ref.abs()).max() <= 2e-6
+    assert not fusebackend.metrics.fallbacks and kernel_count() == 2
+
+
+def test_gcd_worst_case_and_signs() -> None:
+    # Consecutive Fibonacci numbers take the most steps (45 for int32, 91 for int64); zeros and
+    # signs as eager (gcd(0, 0) = 0, results non-negative, lcm |a / g * b|).
+    fib = [0, 1]
+    while len(fib) < 93:
+        fib.append(fib[-1] + fib[-2])
+    for dtype, n in ((i32, 46), (i64, 92)):
+        a = torch.tensor([fib[n], fib[n - 1], 0, 0, -12, 12, -7, 1], dtype=dtype)
+        b = torch.tensor([fib[n - 1], fib[n], 0, -5, 18, -18, 0, 1], dtype=dtype)
+        out = check_lowered(torch.gcd, a, b)
+        assert out[0] == 1 and out[1] == 1
+        check_lowered(torch.lcm, a[2:], b[2:])
+
+
+def test_ldexp_overflow_and_underflow() -> None:
+    # Rounded once, with no overflow on the way: ldexp(1e-30, 129) is finite, ldexp(0, 300) is 0,
+    # 0.75 * 2^-149 rounds to the smallest subnormal.
+    x = torch.tensor([1.0, 3.0, -1.5, 1e30, 1e-30, 0.75, 2.0, 0.0, 1e-30, 0.75, 1e-40, -3e38])
+    e = torch.tensor([128, 127, -126, -149, 60, -150, 200, 300, 129, -149, 200, -2000], dtype=i32)
+    check_lowered(torch.ldexp, x, e, atol=0.0, rtol=0.0)
 
 
 def test_helpers_get_tensors_for_literal_arguments() -> None:
@@ -322,16 +397,19 @@ def test_helpers_get_tensors_for_literal_arguments() -> None:
 
 def test_float64_approximations_stay_aten_calls() -> None:
     # The fitted device functions are accurate to fp32: in fp64 those ops stay ATen calls...
-    x = torch.rand(40, dtype=f64) + 0.5
-    check(lambda x: (torch.lgamma(x), torch.atan(x), torch.erfinv(x - 1)), x)
-    assert dict(fusebackend.metrics.fallbacks) == {"lgamma": 1, "atan": 1, "erfinv": 1}
+    # (and so do fp64 ldexp, whose fp32 kernel multiplies in fp64, and polygamma of order 2 and
+    # higher in any dtype)
+    x, e = torch.rand(40, dtype=f64) + 0.5, torch.randint(-5, 5, (40,), dtype=i32)
+    check(lambda x, e: (torch.lgamma(x), torch.atan(x), torch.erfinv(x - 1), torch.ldexp(x, e),
+                        torch.polygamma(2, x.float())), x, e)
+    assert dict(fusebackend.metrics.fallbacks) == {"lgamma": 1, "atan": 1, "erfinv": 1, "ldexp": 1, "polygamma": 1}
 
 
 def test_float64_exact_ops_are_generated() -> None:
     # ...while those exact in any float type are generated in fp64 too.
     x, y = torch.randn(40, dtype=f64) * 3, torch.randn(40, dtype=f64)
     check_lowered(lambda x, y: (torch.hypot(x, y), torch.copysign(x, y), torch.signbit(y), torch.fmax(x, y),
-                                torch.cosh(x), torch.round(x, decimals=1)), x, y)
+                                torch.cosh(x), torch.round(x, decimals=1), torch.nextafter(x, y), torch.angle(y)), x, y)
 
 
 def test_chain_fuses_into_one_kernel() -> None:

@@ -150,9 +150,10 @@ class KernelBody:
             if isinstance(folded, ir.Constant):
                 return render_literal(folded.value, folded.dtype)
         args = [self.value(a, subst) for a in expr.args]
-        if not any(a in self.dims for a in args) or takes_tensors(expr.name):
+        if not any(a in self.dims for a in args) or takes_tensors(expr.name) or expr.dtype == torch.float64:
             # literals get a dtype so that tl functions accept them when all arguments are
-            # literals; helpers get tensors always (they may bitcast any argument)
+            # literals; helpers get tensors always (they may bitcast any argument); and in fp64
+            # ops, since Triton makes a float literal fp32 (tl.where(c, pi, 0.0) would round pi)
             args = [a if a in self.dims else f"tl.full([], {a}, {TRITON_DTYPE[x.dtype]})"
                     for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])

@@ -75,6 +75,16 @@ OP_TEMPLATES: dict[str, str] = {
     "hypot": "th.hypot({0}, {1})",
     "copysign": "th.copysign({0}, {1})",
     "signbit": "th.signbit({0})",
+    "trigamma": "th.trigamma({0})",
+    "i0": "th.i0({0})",
+    "i0e": "th.i0e({0})",
+    "i1": "th.i1({0})",
+    "i1e": "th.i1e({0})",
+    "nextafter": "th.nextafter({0}, {1})",
+    "ldexp": "th.ldexp({0}, {1})",
+    "gcd": "th.gcd({0}, {1})",
+    "lshift": "{0} << {1}",
+    "rshift": "{0} >> {1}",
 }
 
 

@@ -1,20 +1,24 @@
-"""Device functions for the special math functions: atan, sinh, lgamma, erfinv and their kin.
+"""Device functions for the special math functions: inverse trigonometric and hyperbolic
+functions, error functions, and sign-bit, nextafter and gcd helpers.
 
-Generated kernels call them as ``th.<name>`` (``triton_helpers`` imports them). They are written
-with Triton builtins only, as every helper is (no libdevice: the interpreter lacks it), and take
-fp32 tensors, except ``signbit``, ``copysign`` and ``hypot``, which also take fp64; the lowerings
-(``lowering/math_ops.py``) keep every other function of fp64 an ATen call.
+Generated kernels call them as ``th.<name>`` (``triton_helpers`` imports them; the gamma and
+Bessel functions are in ``special_helpers``). They are written with Triton builtins only, as
+every helper is (no libdevice: the interpreter lacks it), and take fp32 tensors, except those
+exact in any float type (``signbit``, ``copysign``, ``hypot``, ``nextafter``, which also take
+fp64) and ``gcd`` (integers); the lowerings (``lowering/math_ops.py``) keep every other function
+of fp64 an ATen call.
 
-The polynomials are our own near-minimax fits (least squares on Chebyshev nodes, reweighted
-towards the largest error, against 40-digit mpmath values), evaluated with fma. Accuracy, as
-the largest relative error against float64 over the fp32 domain, measured in the interpreter
-(tests/test_math_ops.py, test_fp32_accuracy): atan, atan2, asin, acos, sinh, cosh, asinh, acosh,
-atanh, erfinv, ndtri, hypot: <= 4e-7 (eager: about 1.2e-7); erfc, erfcx: <= 6e-7 where the
-result is a normal float; lgamma of x > 0: <= 8e-7, exactly 0 at 1 and 2, 1e-7 absolute near
-its minimum; lgamma of x < 0: <= 6e-7 of |lgamma(x)| + |lgamma(1 - x)| (the reflection cancels
-near the zeros at -2.457, -2.748...); digamma: eager's own fp32 algorithm, within 0.1 of the
-fp32 test tolerance of it. Compiled for a GPU, tl.exp is ex2.approx: exp-based results (sinh,
-cosh, erfc for large arguments) lose a few ulp more there.
+The polynomials here and in ``special_helpers`` are our own near-minimax fits (least squares on
+Chebyshev nodes, reweighted towards the largest error, against 40-digit mpmath values),
+evaluated with fma. Accuracy, as the largest relative error against float64 over the fp32
+domain, measured in the interpreter (tests/test_math_ops.py, test_fp32_accuracy): atan, atan2,
+asin, acos, sinh, cosh, asinh, acosh, atanh, erfinv, ndtri, hypot: <= 4e-7 (eager: about
+1.2e-7); erfc, erfcx: <= 6e-7 where the result is a normal float; lgamma of x > 0: <= 8e-7,
+exactly 0 at 1 and 2, 1e-7 absolute near its minimum; lgamma of x < 0: <= 6e-7 of
+|lgamma(x)| + |lgamma(1 - x)| (the reflection cancels near the zeros at -2.457, -2.748...);
+digamma: eager's own fp32 algorithm, within 0.1 of the fp32 test tolerance of it. Compiled for a
+GPU, tl.exp is ex2.approx: exp-based results (sinh, cosh, erfc for large arguments) lose a few
+ulp more there.
 """
 
 import triton
@@ -252,107 +256,57 @@ def ndtri(p):
     return tl.where(p == 0.0, float("-inf"), tl.where(p == 1.0, float("inf"), r))
 
 
-# ---------------------------------------------------------------------- gamma functions
+# ------------------------------------------------------------------------ bits and integers
 
 
 @triton.jit
-def _sinpi(r):
-    # sin(pi r) for |r| <= 1/2, relative error 5e-9
-    s = r * r
-    p = tl.fma(s, 7.7560383247e-02, -5.9824212449e-01)
-    p = tl.fma(p, s, 2.5500697260e+00)
-    p = tl.fma(p, s, -5.1677096848e+00)
-    p = tl.fma(p, s, 3.1415926369e+00)
-    return r * p
+def nextafter(x, y):
+    # The neighbour of x towards y: one step of the bit pattern, up in magnitude when moving
+    # away from zero (floats order as sign-magnitude integers). From +-0 the smallest subnormal
+    # with y's sign; x == y gives y (so nextafter(0, -0) is -0); NaN in, NaN out.
+    x, y = tl.broadcast(x, y)
+    if x.dtype == tl.float64:
+        bits = x.to(tl.int64, bitcast=True)
+        tiny = tl.full(bits.shape, 1, tl.int64).to(tl.float64, bitcast=True)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+        tiny = tl.full(bits.shape, 1, tl.int32).to(tl.float32, bitcast=True)
+    away = (y > x) == (x > 0.0)
+    r = tl.where(away, bits + 1, bits - 1).to(x.dtype, bitcast=True)
+    r = tl.where(x == 0.0, copysign(tiny, y), r)
+    r = tl.where(x == y, y, r)
+    return tl.where((x != x) | (y != y), x + y, r)
 
 
 @triton.jit
-def _cospi(r):
-    # cos(pi r) for |r| <= 1/2, absolute error 2e-10
-    s = r * r
-    p = tl.fma(s, -2.4396715783e-02, 2.3493755844e-01)
-    p = tl.fma(p, s, -1.3352120566e+00)
-    p = tl.fma(p, s, 4.0587091643e+00)
-    p = tl.fma(p, s, -4.9348021372e+00)
-    return tl.fma(p, s, 9.9999999978e-01)
+def ldexp(x, e):
+    # x * 2^e (x fp32, e an integer) rounded once, as C's ldexp: the product is exact in fp64
+    # for every fp32 x and |e| <= 1000 (beyond that the result is 0 or inf in fp32 anyway), and
+    # 2^e is built from its bits.
+    x, e = tl.broadcast(x, e)
+    k = tl.minimum(tl.maximum(e.to(tl.int64), -1000), 1000)
+    power = ((k + 1023) << 52).to(tl.float64, bitcast=True)
+    return (x.to(tl.float64) * power).to(tl.float32)
 
 
 @triton.jit
-def _reduce_half(x):
-    # x minus its nearest integer, in [-1/2, 1/2], exactly (sin(pi x) and cot(pi x) repeat).
-    # x - floor(x) is exact from |x| >= 1/2 on; below, x itself is the answer.
-    f = x - tl.floor(x)
-    return tl.where(tl.abs(x) <= 0.5, x, tl.where(f > 0.5, f - 1.0, f))
+def _euclid(a, b, steps: tl.constexpr):
+    # gcd of a, b >= 0 in a fixed number of steps; lanes that finish keep b == 0
+    for _ in range(steps):
+        more = b != 0
+        r = a % tl.where(more, b, 1)
+        a = tl.where(more, b, a)
+        b = tl.where(more, r, b)
+    return a
 
 
 @triton.jit
-def _lgamma_near2(z):
-    # lgamma(2 + z) for |z| <= 1/2, as z P(z): exactly 0 at z = 0, relative error 2.4e-9
-    p = tl.fma(z, -2.6984333108e-04, 5.6982242772e-04)
-    p = tl.fma(p, z, -1.1778459540e-03)
-    p = tl.fma(p, z, 2.8790563786e-03)
-    p = tl.fma(p, z, -7.3874265665e-03)
-    p = tl.fma(p, z, 2.0581601959e-02)
-    p = tl.fma(p, z, -6.7352218836e-02)
-    p = tl.fma(p, z, 3.2246701878e-01)
-    p = tl.fma(p, z, 4.2278433451e-01)
-    return z * p
-
-
-@triton.jit
-def _lgamma_nonneg(x):
-    # lgamma(x) for x >= 0 through lgamma(x + 1) = lgamma(x) + log(x), anchored at the fit
-    # around 2 (which keeps the roots at 1 and 2 exact):
-    #   [0, 1/2): lgamma(x + 2) - log(x (1 + x))     [1/2, 3/2): lgamma(x + 1) - log(x)
-    #   [3/2, 5/2): the fit                          [5/2, 8): lgamma(x - k) + log((x-1)..(x-k))
-    #   [8, inf): Stirling's series.
-    # Every shifted argument below 8 is exact in fp32.
-    k = tl.where(x < 2.5, 0.0, tl.floor(x - 1.5))
-    z = tl.where(x < 0.5, x, tl.where(x < 1.5, x - 1.0, x - k - 2.0))
-    prod = tl.where(x < 2.5, 1.0, x - 1.0)
-    for j in tl.static_range(2, 7):
-        prod = tl.where(k >= j, prod * (x - j), prod)
-    below = tl.where(x < 0.5, x * (1.0 + x), x)
-    shift = tl.where(x < 1.5, -tl.log(below), tl.log(prod))
-    small = _lgamma_near2(z) + shift
-    lx = tl.log(x)
-    r = 1.0 / x
-    r2 = r * r
-    series = r * tl.fma(r2, tl.fma(r2, tl.fma(r2, -5.952380952380953e-04, 7.936507936507937e-04),
-                                   -2.777777777777778e-03), 8.333333333333333e-02)
-    stirling = x * (lx - 1.0) - 0.5 * lx + 0.9189385332046727 + series
-    return tl.where(x < 8.0, small, stirling)
-
-
-@triton.jit
-def lgamma(x):
-    # Negative x by reflection: lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x), inf at the
-    # poles (negative integers, zero) and at +-inf.
-    neg = x < 0.0
-    g = _lgamma_nonneg(tl.where(neg, 1.0 - x, x))
-    reflected = 1.1447298858494002 - tl.log(tl.abs(_sinpi(_reduce_half(x)))) - g
-    r = tl.where(neg, reflected, g)
-    return tl.where(tl.abs(x) == float("inf"), float("inf"), r)
-
-
-@triton.jit
-def digamma(x):
-    # As ATen computes it: psi(y) = psi(y + 1) - 1/y up to y >= 10, then the asymptotic series
-    # log(y) - 1/(2y) - sum B2k / (2k y^2k); negative x by reflection, psi(1 - x) - pi cot(pi x).
-    # Poles: NaN at negative integers and -inf, -inf at +0 and +inf at -0 (as eager).
-    neg = x < 0.0
-    y = tl.where(neg, 1.0 - x, x)
-    acc = tl.full(y.shape, 0.0, tl.float32)
-    for _ in tl.static_range(10):
-        below = y < 10.0
-        acc += tl.where(below, 1.0 / y, 0.0)
-        y = tl.where(below, y + 1.0, y)
-    r = 1.0 / y
-    r2 = r * r
-    series = r2 * tl.fma(r2, tl.fma(r2, tl.fma(r2, -4.1666666666666664e-03, 3.968253968253968e-03),
-                                    -8.333333333333333e-03), 8.333333333333333e-02)
-    psi = tl.log(y) - 0.5 * r - series - acc
-    t = _reduce_half(x)
-    reflected = psi - 3.141592653589793 * _cospi(t) / _sinpi(t)
-    psi = tl.where(neg, tl.where(t == 0.0, float("nan"), reflected), psi)
-    return tl.where(x == 0.0, tl.where(signbit(x), float("inf"), float("-inf")), psi)
+def gcd(a, b):
+    # Euclid's algorithm on the magnitudes, as many steps as the worst case (consecutive
+    # Fibonacci numbers) takes: 45 for int32, 91 for int64. As ATen: gcd(0, 0) = 0, and the abs
+    # of the most negative integer stays negative.
+    a, b = tl.broadcast(a, b)
+    if a.dtype == tl.int64:
+        return _euclid(tl.abs(a), tl.abs(b), 92)
+    else:
+        return _euclid(tl.abs(a), tl.abs(b), 46)

@@ -152,9 +152,12 @@ else:
         return x.to(tl.bfloat16)
 
 
-# The special math functions (inverse trigonometric, hyperbolic, error and gamma functions) and
-# the sign-bit helpers have their own module; kernels reach them as th.<name> all the same.
+# The special math functions (inverse trigonometric, hyperbolic, error, gamma and Bessel
+# functions) and the sign-bit helpers have their own modules; kernels reach them as th.<name>.
 from fusebackend.kernels.math_helpers import (  # noqa: E402,F401
-    acosh, asinh, atan, atan2, copysign, digamma, erfc, erfcx, erfinv, hypot, lgamma, ndtri, signbit,
+    acosh, asinh, atan, atan2, copysign, erfc, erfcx, erfinv, gcd, hypot, ldexp, ndtri, nextafter, signbit,
     sinh,
+)
+from fusebackend.kernels.special_helpers import (  # noqa: E402,F401
+    digamma, i0, i0e, i1, i1e, lgamma, trigamma,
 )

@@ -18,11 +18,12 @@ import torch
 
 from fusebackend import ir
 from fusebackend.ir import Constant, Expr, op
-from fusebackend.lowering.graph import LoweringContext
-from fusebackend.lowering.pointwise import round_half_even
-from fusebackend.lowering.registry import Unsupported, register_pointwise
+from fusebackend.lowering.graph import LoweringContext, TensorArg
+from fusebackend.lowering.pointwise import remainder, round_half_even
+from fusebackend.lowering.registry import POINTWISE, Unsupported, register_pointwise
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 def _float_operands(ctx: LoweringContext, *args: Any, fp64: bool = False) -> list[Expr]:
@@ -62,6 +63,18 @@ _helper("ndtri", aten.special_ndtri.default)
 _helper("lgamma", aten.lgamma.default)
 _helper("digamma", aten.digamma.default)
 _helper("hypot", aten.hypot.default, fp64=True)
+_helper("i0", aten.i0.default)
+_helper("i0e", aten.special_i0e.default)
+_helper("i1", aten.special_i1.default)
+_helper("i1e", aten.special_i1e.default)
+
+
+@register_pointwise(aten.polygamma.default, aten.special_polygamma.default)
+def polygamma(ctx: LoweringContext, n: int, self: Any) -> Expr:
+    names = {0: "digamma", 1: "trigamma"}
+    if n not in names:
+        raise Unsupported(f"polygamma of order {n} (only digamma and trigamma)")
+    return op(names[n], *_float_operands(ctx, self))
 
 
 # ------------------------------------------------------------------------ composed in IR ops
@@ -164,3 +177,116 @@ def _nan_aware(name: str, keep: str, bool_op: str, aten_op: Any) -> None:
 
 _nan_aware("maximum", "ge", "logical_or", aten.fmax.default)
 _nan_aware("minimum", "le", "logical_and", aten.fmin.default)
+
+
+# --------------------------------------------------------------------- more float functions
+
+
+@register_pointwise(aten.special_spherical_bessel_j0.default)
+def spherical_bessel_j0(ctx: LoweringContext, x: Any) -> Expr:
+    # sin(x) / x, and its series below 1/2 (through x^10, error 4e-14) where the quotient would
+    # lose digits; 0 at +-inf
+    (v,) = _float_operands(ctx, x, fp64=True)
+    s = op("mul", v, v)
+    series = _const(-1.0 / 39916800, v)
+    for k in (9, 7, 5, 3):
+        series = op("add", op("mul", series, s), _const((-1.0) ** (k // 2) / math.factorial(k), v))
+    series = op("add", op("mul", series, s), _const(1.0, v))
+    near = op("lt", op("abs", v), _const(0.5, v), dtype=torch.bool)
+    value = op("where", near, series, op("truediv", op("sin", v), v))
+    return op("where", op("isinf", v, dtype=torch.bool), _const(0.0, v), value)
+
+
+@register_pointwise(aten.angle.default)
+def angle(ctx: LoweringContext, self: Any) -> Expr:
+    # of a real number: pi below zero, 0 otherwise (-0.0 included), NaN stays NaN
+    if self.dtype.is_complex:
+        raise Unsupported("angle of a complex tensor")
+    (x,) = _float_operands(ctx, self, fp64=True)
+    pi = op("where", op("lt", x, _const(0.0, x), dtype=torch.bool), _const(math.pi, x), _const(0.0, x))
+    return op("where", op("isnan", x, dtype=torch.bool), x, pi)
+
+
+@register_pointwise(aten.ldexp.Tensor)
+def ldexp(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    # x * 2^e rounded once, with no overflow or underflow on the way (ldexp(1e-30, 129) is finite)
+    if not isinstance(other, TensorArg) or other.dtype.is_floating_point or other.dtype == torch.bool:
+        raise Unsupported("ldexp with a float exponent")
+    (x,) = _float_operands(ctx, self)
+    return op("ldexp", x, ctx.value(other, torch.int64))
+
+
+@register_pointwise(aten.nextafter.default)
+def nextafter(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    if ctx.dtype not in (torch.float32, torch.float64):
+        raise Unsupported(f"nextafter in {ctx.dtype} (steps in that type's own bits)")
+    return op("nextafter", ctx.value(self, ctx.dtype), ctx.value(other, ctx.dtype))
+
+
+@register_pointwise(prims.scalar_tensor.default)
+def prims_scalar_tensor(ctx: LoweringContext, s: Any, dtype: Any = None, device: Any = None) -> Expr:
+    if device is not None and torch.device(device) != ctx.device:
+        raise Unsupported("constant on another device")
+    return Constant(ir._convert_scalar(s, ctx.dtype), ctx.dtype)
+
+
+# A scalar first argument (``5 % t``, ``3 & t``): the same lowerings as for two tensors.
+register_pointwise(aten.remainder.Scalar_Tensor)(remainder)
+for _packet in (aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor):
+    register_pointwise(_packet.Scalar_Tensor)(POINTWISE[_packet.Tensor])
+
+
+# --------------------------------------------------------------------------------- integers
+
+
+def _integer_operands(ctx: LoweringContext, *args: Any) -> list[Expr]:
+    if ctx.dtype == torch.bool or ctx.dtype.is_floating_point or ctx.dtype.is_complex:
+        raise Unsupported(f"integer op with {ctx.dtype} output")
+    dtype = ir.compute_dtype(ctx.dtype)
+    return [ctx.value(a, dtype) for a in args]
+
+
+def _shift(ctx: LoweringContext, self: Any, other: Any, left: bool) -> Expr:
+    # Shifts by a negative amount or by the bit width or more give what ATen gives: 0 for a left
+    # shift, the sign (0 or -1) for a right shift. Small types shift in int32: the bits a left
+    # shift moves past the type's width are dropped when the result is stored.
+    a, b = _integer_operands(ctx, self, other)
+    width = a.dtype.itemsize * 8
+    zero = Constant(0, a.dtype)
+    if isinstance(b, Constant):
+        if 0 <= b.value < width:
+            return op("lshift" if left else "rshift", a, b)
+        return zero if left else op("rshift", a, Constant(width - 1, a.dtype))
+    bad = op("logical_or", op("lt", b, zero, dtype=torch.bool),
+             op("ge", b, Constant(width, a.dtype), dtype=torch.bool), dtype=torch.bool)
+    if left:
+        return op("where", bad, zero, op("lshift", a, op("where", bad, zero, b)))
+    return op("rshift", a, op("where", bad, Constant(width - 1, a.dtype), b))
+
+
+@register_pointwise(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
+                    aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor)
+def left_shift(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return _shift(ctx, self, other, left=True)
+
+
+@register_pointwise(aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
+                    aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor)
+def right_shift(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return _shift(ctx, self, other, left=False)
+
+
+@register_pointwise(aten.gcd.default)
+def gcd(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return op("gcd", *_integer_operands(ctx, self, other))
+
+
+@register_pointwise(aten.lcm.default)
+def lcm(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    # |a / gcd(a, b) * b|, and 0 where both are 0
+    a, b = _integer_operands(ctx, self, other)
+    zero, one = Constant(0, a.dtype), Constant(1, a.dtype)
+    g = op("gcd", a, b)
+    none = op("eq", g, zero, dtype=torch.bool)
+    multiple = op("abs", op("mul", op("int_truncdiv", a, op("where", none, one, g)), b))
+    return op("where", none, zero, multiple)
