@@ -109,6 +109,7 @@ OP_ARITY: dict[str, int] = {
     "atan": 1, "atan2": 2, "sinh": 1, "asinh": 1, "acosh": 1, "erfc": 1, "erfcx": 1, "erfinv": 1,
     "ndtri": 1, "lgamma": 1, "digamma": 1, "hypot": 2, "copysign": 2, "signbit": 1,
     "trigamma": 1, "i0": 1, "i0e": 1, "i1": 1, "i1e": 1, "nextafter": 2, "ldexp": 2,
+    "frexp_mantissa": 1, "frexp_exponent": 1,
     # integer ops: gcd, and shifts by an amount in [0, bit width) (lowerings guard the rest)
     "gcd": 2, "lshift": 2, "rshift": 2,
 }
@@ -255,6 +256,7 @@ def _fold_table() -> dict[str, Callable[..., torch.Tensor]]:
         "signbit": t.signbit, "trigamma": lambda a: t.polygamma(1, a), "i0": t.i0, "i0e": t.special.i0e,
         "i1": t.special.i1, "i1e": t.special.i1e, "nextafter": t.nextafter, "ldexp": t.ldexp, "gcd": t.gcd,
         "lshift": t.bitwise_left_shift, "rshift": t.bitwise_right_shift,
+        "frexp_mantissa": lambda a: t.frexp(a).mantissa, "frexp_exponent": lambda a: t.frexp(a).exponent,
     }
 
 

@@ -63,7 +63,7 @@ GRAPHS = {
                       torch.special.i1e(y), torch.nextafter(y, y.exp())),
         [torch.randn(1000, dtype=torch.bfloat16), torch.randn(1000)]),
     "integer and bit helpers": (
-        lambda x, a, b: (torch.gcd(a, b), torch.lcm(b, b + 1), a << b, a >> b, torch.ldexp(x, a.int())),
+        lambda x, a, b: (torch.gcd(a, b), torch.lcm(b, b + 1), a << b, a >> b, torch.ldexp(x, a.int()), *torch.frexp(x)),
         [torch.randn(1000), torch.randint(-99, 99, (1000,)), torch.randint(-3, 70, (1000,))]),
 }
 target = GPUTarget("cuda", 90, 32)

@@ -14,7 +14,8 @@ eager takes). Over that table:
 
 Every case asserts that the op became a generated kernel (no ATen fallback). Separate tests cover
 round with decimals, fmax/fmin's NaN rule and signed zeros, sinh/cosh near fp32 overflow, literal
-arguments of helpers, which ops stay ATen calls in fp64, and fusion of a chain of these ops.
+arguments of helpers, which ops stay ATen calls in fp64, fusion of a chain of these ops, frexp's two
+outputs, ldexp without intermediate overflow, gcd's worst case, and trigamma's poles.
 """
 
 from __future__ import annotations
@@ -157,6 +158,10 @@ def _check_op(info: MathOp, args: list[torch.Tensor]) -> torch.Tensor:
         if info.helper is not None and (info.name != "signbit" or args[0].dtype.is_floating_point):
             assert any(f"th.{info.helper}(" in src for src in kernels().values())
     return out
+
+
+def _on_gpu() -> bool:
+    return torch.empty(0).device.type != "cpu"
 
 
 def _dtype_id(dtype: torch.dtype) -> str:
@@ -383,6 +388,23 @@ def test_ldexp_overflow_and_underflow() -> None:
     x = torch.tensor([1.0, 3.0, -1.5, 1e30, 1e-30, 0.75, 2.0, 0.0, 1e-30, 0.75, 1e-40, -3e38])
     e = torch.tensor([128, 127, -126, -149, 60, -150, 200, 300, 129, -149, 200, -2000], dtype=i32)
     check_lowered(torch.ldexp, x, e, atol=0.0, rtol=0.0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=_dtype_id)
+def test_frexp(dtype: torch.dtype) -> None:
+    # Two outputs, one kernel: the mantissa (in [0.5, 1), with the sign; zeros, infinities and
+    # NaN as they are, with exponent 0) and the int32 exponent, subnormals included.
+    # (bf16 subnormals are left out: the interpreter converts them to fp32 wrongly.)
+    subnormals = [1e-40, -1e-45, 1e-38] if dtype != bf16 or _on_gpu() else []
+    x = torch.cat([torch.randn(50) * 1e3, torch.tensor([0.0, -0.0, 1.0, -3.0, 3e38, 0.75, math.inf, -math.inf,
+                                                        math.nan] + subnormals)]).to(dtype)
+    m, e = check_lowered(torch.frexp, x, atol=0.0, rtol=0.0)
+    numbers = ~x.isnan()  # (a NaN's sign bit is the platform's choice)
+    assert e.dtype == i32 and torch.equal(torch.signbit(m[numbers]), torch.signbit(torch.frexp(x).mantissa[numbers]))
+    assert kernel_count() == 1
+    xt = torch.randn(6, 9, dtype=dtype).t()
+    m, e = check_lowered(torch.frexp, xt, atol=0.0, rtol=0.0)
+    assert m.stride() == e.stride() == torch.frexp(xt).mantissa.stride()
 
 
 def test_helpers_get_tensors_for_literal_arguments() -> None:

@@ -82,6 +82,8 @@ OP_TEMPLATES: dict[str, str] = {
     "i1e": "th.i1e({0})",
     "nextafter": "th.nextafter({0}, {1})",
     "ldexp": "th.ldexp({0}, {1})",
+    "frexp_mantissa": "th.frexp_mantissa({0})",
+    "frexp_exponent": "th.frexp_exponent({0})",
     "gcd": "th.gcd({0}, {1})",
     "lshift": "{0} << {1}",
     "rshift": "{0} >> {1}",

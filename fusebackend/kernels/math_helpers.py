@@ -290,6 +290,30 @@ def ldexp(x, e):
 
 
 @triton.jit
+def _frexp_parts(x):
+    # fp32 x = m * 2^e with 0.5 <= |m| < 1, from the bits; a subnormal is scaled by 2^25 first
+    tiny = tl.abs(x) < 1.1754943508222875e-38
+    bits = tl.where(tiny, x * 33554432.0, x).to(tl.int32, bitcast=True)
+    field = (bits >> 23) & 255
+    special = (x == 0.0) | (field == 255)  # zeros, infinities and NaN: (x, 0), as ATen
+    m = ((bits & -2139095041) | 1056964608).to(tl.float32, bitcast=True)  # 0x807FFFFF, 126 << 23
+    e = field - tl.where(tiny, 151, 126)
+    return tl.where(special, x, m), tl.where(special, 0, e)
+
+
+@triton.jit
+def frexp_mantissa(x):
+    m, _ = _frexp_parts(x)
+    return m
+
+
+@triton.jit
+def frexp_exponent(x):
+    _, e = _frexp_parts(x)
+    return e
+
+
+@triton.jit
 def _euclid(a, b, steps: tl.constexpr):
     # gcd of a, b >= 0 in a fixed number of steps; lanes that finish keep b == 0
     for _ in range(steps):

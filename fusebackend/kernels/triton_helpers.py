@@ -155,8 +155,8 @@ else:
 # The special math functions (inverse trigonometric, hyperbolic, error, gamma and Bessel
 # functions) and the sign-bit helpers have their own modules; kernels reach them as th.<name>.
 from fusebackend.kernels.math_helpers import (  # noqa: E402,F401
-    acosh, asinh, atan, atan2, copysign, erfc, erfcx, erfinv, gcd, hypot, ldexp, ndtri, nextafter, signbit,
-    sinh,
+    acosh, asinh, atan, atan2, copysign, erfc, erfcx, erfinv, frexp_exponent, frexp_mantissa, gcd, hypot, ldexp,
+    ndtri, nextafter, signbit, sinh,
 )
 from fusebackend.kernels.special_helpers import (  # noqa: E402,F401
     digamma, i0, i0e, i1, i1e, lgamma, trigamma,

@@ -18,9 +18,9 @@ import torch
 
 from fusebackend import ir
 from fusebackend.ir import Constant, Expr, op
-from fusebackend.lowering.graph import LoweringContext, TensorArg
+from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.pointwise import remainder, round_half_even
-from fusebackend.lowering.registry import POINTWISE, Unsupported, register_pointwise
+from fusebackend.lowering.registry import POINTWISE, Unsupported, register_composite, register_pointwise
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -214,6 +214,20 @@ def ldexp(ctx: LoweringContext, self: Any, other: Any) -> Expr:
         raise Unsupported("ldexp with a float exponent")
     (x,) = _float_operands(ctx, self)
     return op("ldexp", x, ctx.value(other, torch.int64))
+
+
+@register_composite(aten.frexp.Tensor)
+def frexp(b: GraphLowering, self: TensorArg) -> tuple[TensorArg, TensorArg]:
+    # two nodes over the same input (one kernel once fused): mantissa in self's dtype, int32 exponent
+    if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise Unsupported(f"frexp of {self.dtype}")
+    mantissa, exponent = b.out_meta
+    m = b.pointwise(self.sizes, self.dtype, lambda ctx: op("frexp_mantissa", ctx.value(self, torch.float32)),
+                    mantissa.stride())
+    e = b.pointwise(self.sizes, torch.int32,
+                    lambda ctx: op("frexp_exponent", ctx.value(self, torch.float32), dtype=torch.int32),
+                    exponent.stride())
+    return m, e
 
 
 @register_pointwise(aten.nextafter.default)
