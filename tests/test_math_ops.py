@@ -253,8 +253,10 @@ ACCURACY = {
     "atanh": (lambda: torch.cat([_sweep(1e-30, 1, log=True, signs=True), 1 - _sweep(6e-8, 1e-2, log=True)]), 4e-7, 0.0),
     "erfc": (lambda: torch.cat([_sweep(-10, 9), _sweep(1e-30, 9, log=True, signs=True)]), 6e-7, 0.0),
     "erfcx": (lambda: torch.cat([_sweep(-9, 30), _sweep(0.5, 1e30, log=True)]), 6e-7, 0.0),
-    "erfinv": (lambda: torch.cat([_sweep(1e-30, 1, log=True, signs=True), 1 - _sweep(6e-8, 1e-2, log=True)]), 4e-7, 0.0),
-    "ndtri": (lambda: torch.cat([_sweep(0, 1), _sweep(1e-44, 0.5, log=True), 1 - _sweep(6e-8, 0.5, log=True)]), 4e-7, 0.0),
+    "erfinv": (lambda: torch.cat([_sweep(1e-30, 1, log=True, signs=True), 1 - _sweep(6e-8, 1e-2, log=True)]),
+               4e-7, 0.0),
+    "ndtri": (lambda: torch.cat([_sweep(0, 1), _sweep(1e-44, 0.5, log=True), 1 - _sweep(6e-8, 0.5, log=True)]),
+              4e-7, 0.0),
     # lgamma of x > 0 (x < 0: test_lgamma_reflection_accuracy): near the minimum at 1.46, where
     # lgamma(x + 1) - log(x) cancels, an absolute error of 1e-7
     "lgamma": (lambda: torch.cat([_sweep(1e-30, 1e30, log=True), _sweep(0, 10, n=6000)]), 8e-7, 0.2),
@@ -436,8 +438,8 @@ def test_float64_exact_ops_are_generated() -> None:
 
 def test_chain_fuses_into_one_kernel() -> None:
     x = torch.rand(300) * 4 + 0.1
-    check_lowered(lambda x: torch.lgamma(x) + torch.digamma(x) * torch.erfinv(torch.tanh(x - 2)) - torch.atan2(x, 1 - x),
-                  x)
+    check_lowered(lambda x: torch.lgamma(x) + torch.digamma(x) * torch.erfinv(torch.tanh(x - 2))
+                  - torch.atan2(x, 1 - x), x)
     assert kernel_count() == 1
 
 

@@ -281,7 +281,7 @@ def nextafter(x, y):
 @triton.jit
 def ldexp(x, e):
     # x * 2^e (x fp32, e an integer) rounded once, as C's ldexp: the product is exact in fp64
-    # for every fp32 x and |e| <= 1000 (beyond that the result is 0 or inf in fp32 anyway), and
+    # wherever the fp32 result is neither 0 nor inf (e clamped to +-1000 changes neither), and
     # 2^e is built from its bits.
     x, e = tl.broadcast(x, e)
     k = tl.minimum(tl.maximum(e.to(tl.int64), -1000), 1000)

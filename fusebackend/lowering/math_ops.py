@@ -1,9 +1,11 @@
-"""Lowerings of the special math functions: inverse trigonometric and hyperbolic functions, error
-and gamma functions, and the sign and NaN-aware comparisons (copysign, signbit, fmax, fmin).
+"""Lowerings of the special math functions and their kin: inverse trigonometric and hyperbolic
+functions, error, gamma and modified Bessel functions; sign and NaN-aware comparisons (copysign,
+signbit, fmax, fmin); float bits (nextafter, ldexp, frexp); integer shifts, gcd and lcm.
 
 Those with a closed form in other IR ops are composed here (cosh, atanh, asin and acos through
-atan, fmax, fmin, round with decimals); those that need a polynomial fit or several branches are
-IR ops rendered as device functions (``kernels/math_helpers.py``). The fits are accurate to fp32:
+atan, fmax, fmin, round with decimals, spherical_bessel_j0, angle, lcm through gcd); those that
+need a polynomial fit, branches or bit manipulation are IR ops rendered as device functions
+(``kernels/math_helpers.py``, ``kernels/special_helpers.py``). The fits are accurate to fp32:
 where the compute dtype is fp64 such an op raises ``Unsupported`` and stays an ATen call. The
 output dtype comes from ATen's meta function, so integer inputs of a float function give fp32, and
 fp16/bf16 are computed in fp32, as everywhere (``lowering/pointwise.py``).
@@ -40,33 +42,34 @@ def _const(value: float, like: Expr) -> Expr:
     return Constant(value, like.dtype)
 
 
-def _helper(name: str, *aten_ops: Any, fp64: bool = False) -> None:
-    """Register ``aten_ops`` as the IR op ``name`` of their float operands."""
+def _unary(name: str, *aten_ops: Any) -> None:
+    """Register ``aten_ops`` (schema: ``self``) as the IR op ``name`` of their float operand."""
 
-    def lower(ctx: LoweringContext, **args: Any) -> Expr:
-        return op(name, *_float_operands(ctx, *args.values(), fp64=fp64))
+    def lower(ctx: LoweringContext, self: Any) -> Expr:
+        return op(name, *_float_operands(ctx, self))
 
     lower.__name__ = f"lower_{name}"
     register_pointwise(*aten_ops)(lower)
 
 
-# Tensor arguments only (their schemas: self, or self and other), each an IR op of the same name.
-_helper("atan", aten.atan.default)
-_helper("atan2", aten.atan2.default)
-_helper("sinh", aten.sinh.default)
-_helper("asinh", aten.asinh.default)
-_helper("acosh", aten.acosh.default)
-_helper("erfc", aten.erfc.default)
-_helper("erfcx", aten.special_erfcx.default)
-_helper("erfinv", aten.erfinv.default)
-_helper("ndtri", aten.special_ndtri.default)
-_helper("lgamma", aten.lgamma.default)
-_helper("digamma", aten.digamma.default)
-_helper("hypot", aten.hypot.default, fp64=True)
-_helper("i0", aten.i0.default)
-_helper("i0e", aten.special_i0e.default)
-_helper("i1", aten.special_i1.default)
-_helper("i1e", aten.special_i1e.default)
+for _name, _op in [
+    ("atan", aten.atan.default), ("sinh", aten.sinh.default), ("asinh", aten.asinh.default),
+    ("acosh", aten.acosh.default), ("erfc", aten.erfc.default), ("erfcx", aten.special_erfcx.default),
+    ("erfinv", aten.erfinv.default), ("ndtri", aten.special_ndtri.default), ("lgamma", aten.lgamma.default),
+    ("digamma", aten.digamma.default), ("i0", aten.i0.default), ("i0e", aten.special_i0e.default),
+    ("i1", aten.special_i1.default), ("i1e", aten.special_i1e.default),
+]:
+    _unary(_name, _op)
+
+
+@register_pointwise(aten.atan2.default)
+def atan2(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return op("atan2", *_float_operands(ctx, self, other))
+
+
+@register_pointwise(aten.hypot.default)
+def hypot(ctx: LoweringContext, self: Any, other: Any) -> Expr:
+    return op("hypot", *_float_operands(ctx, self, other, fp64=True))
 
 
 @register_pointwise(aten.polygamma.default, aten.special_polygamma.default)
@@ -129,7 +132,10 @@ def round_decimals(ctx: LoweringContext, self: Any, decimals: int = 0) -> Expr:
     (x,) = _float_operands(ctx, self, fp64=True)
     if decimals == 0:
         return round_half_even(x)
-    scale = _const(float(10 ** abs(decimals)), x)
+    if abs(decimals) > 300:  # (10^|d| past the double range; fp32 and fp64 give inf or 0 long before)
+        raise Unsupported(f"round to {decimals} decimals")
+    # 10^|d| as ATen has it: the double, rounded to the compute dtype (inf past fp32's range)
+    scale = _const(torch.tensor(float(10 ** abs(decimals)), dtype=torch.float64).to(x.dtype).item(), x)
     if decimals > 0:
         return op("truediv", round_half_even(op("mul", x, scale)), scale)
     return op("mul", round_half_even(op("truediv", x, scale)), scale)
