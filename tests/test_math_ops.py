@@ -332,6 +332,12 @@ def test_round_decimals(decimals: int) -> None:
     _same_signed_zeros(out, torch.round(x, decimals=decimals))
 
 
+def test_round_decimals_past_the_double_range_stays_aten() -> None:
+    x = torch.randn(20)
+    check(lambda t: torch.round(t, decimals=400), x)
+    assert dict(fusebackend.metrics.fallbacks) == {"round": 1}
+
+
 def test_fmax_fmin_signed_zeros_and_nan() -> None:
     # A NaN loses to a number (two NaNs give NaN); between +0 and -0 the first argument wins, as
     # in eager on the CPU (CUDA's fmax instruction may pick either zero).
