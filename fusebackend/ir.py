@@ -114,6 +114,13 @@ OP_ARITY: dict[str, int] = {
     # (seed, stream, element index, significand bits) -> uniform [0, 1), fp32 or (53 bits) fp64;
     # (seed, stream, element index) -> standard normal fp32; (..., span) -> int64 in [0, span)
     "rand": 4, "randn": 3, "randint": 4,
+    # special math functions (fp32; signbit, copysign and hypot also fp64): kernels/math_helpers.py
+    "atan": 1, "atan2": 2, "sinh": 1, "asinh": 1, "acosh": 1, "erfc": 1, "erfcx": 1, "erfinv": 1,
+    "ndtri": 1, "lgamma": 1, "digamma": 1, "hypot": 2, "copysign": 2, "signbit": 1,
+    "trigamma": 1, "i0": 1, "i0e": 1, "i1": 1, "i1e": 1, "nextafter": 2, "ldexp": 2,
+    "frexp_mantissa": 1, "frexp_exponent": 1,
+    # integer ops: gcd, and shifts by an amount in [0, bit width) (lowerings guard the rest)
+    "gcd": 2, "lshift": 2, "rshift": 2,
 }
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -258,6 +265,13 @@ def _fold_table() -> dict[str, Callable[..., torch.Tensor]]:
         "logical_or": t.logical_or, "logical_xor": t.logical_xor, "logical_not": t.logical_not,
         "bitwise_and": t.bitwise_and, "bitwise_or": t.bitwise_or, "bitwise_xor": t.bitwise_xor,
         "bitwise_not": t.bitwise_not, "where": t.where,
+        "atan": t.atan, "atan2": t.atan2, "sinh": t.sinh, "asinh": t.asinh, "acosh": t.acosh,
+        "erfc": t.erfc, "erfcx": t.special.erfcx, "erfinv": t.erfinv, "ndtri": t.special.ndtri,
+        "lgamma": t.lgamma, "digamma": t.digamma, "hypot": t.hypot, "copysign": t.copysign,
+        "signbit": t.signbit, "trigamma": lambda a: t.polygamma(1, a), "i0": t.i0, "i0e": t.special.i0e,
+        "i1": t.special.i1, "i1e": t.special.i1e, "nextafter": t.nextafter, "ldexp": t.ldexp, "gcd": t.gcd,
+        "lshift": t.bitwise_left_shift, "rshift": t.bitwise_right_shift,
+        "frexp_mantissa": lambda a: t.frexp(a).mantissa, "frexp_exponent": lambda a: t.frexp(a).exponent,
     }
 
 

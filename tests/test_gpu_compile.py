@@ -73,6 +73,19 @@ GRAPHS = {
         [torch.randn(4, 9, 16), torch.randint(-50, 50, (4, 9))]),
     "index_put storing int64": (lambda x, i, v: x.index_put((i,), v), [torch.randint(0, 9, (10, 3)),
                                                                          torch.tensor([1, 7]), torch.ones(2, 3).long()]),
+    "special math functions, literal helper arguments": (
+        lambda x, y: (torch.atan2(x, y), torch.asin(x.tanh()), torch.sinh(x), torch.asinh(x),
+                      torch.acosh(y.abs() + 1), torch.erfc(x), torch.special.erfcx(x.float()), torch.erfinv(x.tanh()),
+                      torch.special.ndtri(y.sigmoid()), torch.lgamma(x), torch.digamma(x), torch.hypot(x, y),
+                      torch.signbit(x),
+                      torch.copysign(torch.ones_like(x), y), torch.atan2(torch.full_like(x, 2.0), y),
+                      torch.polygamma(1, y), torch.i0(y), torch.special.i0e(y), torch.special.i1(y),
+                      torch.special.i1e(y), torch.nextafter(y, y.exp())),
+        [torch.randn(1000, dtype=torch.bfloat16), torch.randn(1000)]),
+    "integer and bit helpers": (
+        lambda x, a, b: (torch.gcd(a, b), torch.lcm(b, b + 1), a << b, a >> b, torch.ldexp(x, a.int()),
+                         *torch.frexp(x)),
+        [torch.randn(1000), torch.randint(-99, 99, (1000,)), torch.randint(-3, 70, (1000,))]),
 }
 target = GPUTarget("cuda", 90, 32)
 count = 0

@@ -21,7 +21,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal, render_op
+from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal, render_op, takes_tensors
 from fusebackend.scheduler import KernelPlan
 from fusebackend.inlining import producer_index
 from fusebackend.scheduler.space import R, X, KernelSpace
@@ -150,9 +150,12 @@ class KernelBody:
             if isinstance(folded, ir.Constant):
                 return render_literal(folded.value, folded.dtype)
         args = [self.value(a, subst) for a in expr.args]
-        if not any(a in self.dims for a in args):
-            # all literals: give them a dtype so that tl functions accept them
-            args = [f"tl.full([], {a}, {TRITON_DTYPE[x.dtype]})" for a, x in zip(args, expr.args)]
+        if not any(a in self.dims for a in args) or takes_tensors(expr.name) or expr.dtype == torch.float64:
+            # literals get a dtype so that tl functions accept them when all arguments are
+            # literals; helpers get tensors always (they may bitcast any argument); and in fp64
+            # ops, since Triton makes a float literal fp32 (tl.where(c, pi, 0.0) would round pi)
+            args = [a if a in self.dims else f"tl.full([], {a}, {TRITON_DTYPE[x.dtype]})"
+                    for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
         dims = frozenset().union(*(self.dims_of(a) for a in args))
         return self._emit(text, dims)

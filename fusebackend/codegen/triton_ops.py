@@ -64,7 +64,43 @@ OP_TEMPLATES: dict[str, str] = {
     "rand": "th.rand({0}, {1}, {2}, {3})",
     "randn": "th.randn({0}, {1}, {2})",
     "randint": "th.randint({0}, {1}, {2}, {3})",
+    "atan": "th.atan({0})",
+    "atan2": "th.atan2({0}, {1})",
+    "sinh": "th.sinh({0})",
+    "asinh": "th.asinh({0})",
+    "acosh": "th.acosh({0})",
+    "erfc": "th.erfc({0})",
+    "erfcx": "th.erfcx({0})",
+    "erfinv": "th.erfinv({0})",
+    "ndtri": "th.ndtri({0})",
+    "lgamma": "th.lgamma({0})",
+    "digamma": "th.digamma({0})",
+    "hypot": "th.hypot({0}, {1})",
+    "copysign": "th.copysign({0}, {1})",
+    "signbit": "th.signbit({0})",
+    "trigamma": "th.trigamma({0})",
+    "i0": "th.i0({0})",
+    "i0e": "th.i0e({0})",
+    "i1": "th.i1({0})",
+    "i1e": "th.i1e({0})",
+    "nextafter": "th.nextafter({0}, {1})",
+    "ldexp": "th.ldexp({0}, {1})",
+    "frexp_mantissa": "th.frexp_mantissa({0})",
+    "frexp_exponent": "th.frexp_exponent({0})",
+    "gcd": "th.gcd({0}, {1})",
+    "lshift": "{0} << {1}",
+    "rshift": "{0} >> {1}",
 }
+
+
+# Helpers that take some arguments as literals: the random ops' stream, span and significand
+# bits (a constexpr), which must stay Python ints in the call.
+LITERAL_ARGS = frozenset({"rand", "randn", "randint"})
+
+
+def takes_tensors(name: str) -> bool:
+    """Whether the op renders as a helper call, whose arguments must be tensors, never literals."""
+    return OP_TEMPLATES.get(name, "").startswith("th.") and name not in LITERAL_ARGS
 
 
 def render_op(name: str, args: list[str], dtype: torch.dtype, arg_dtypes: list[torch.dtype]) -> str:

@@ -44,10 +44,12 @@ def tanh(x):
 
 @triton.jit
 def log1p(x):
-    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x (Goldberg's trick).
+    # log(u) * x / (u - 1) with u = 1 + x corrects the rounding of 1 + x (Goldberg's trick);
+    # log1p(inf) is inf (inf / inf would make it NaN).
     u = 1.0 + x
     d = u - 1.0
-    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    r = tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    return tl.where(x == float("inf"), x, r)
 
 
 @triton.jit
@@ -240,3 +242,14 @@ def combine_cummax(v1, i1, v2, i2):
 def combine_cummin(v1, i1, v2, i2):
     later = (v2 != v2) | ((v1 == v1) & (v2 <= v1))
     return tl.where(later, v2, v1), tl.where(later, i2, i1)
+
+
+# The special math functions (inverse trigonometric, hyperbolic, error, gamma and Bessel
+# functions) and the sign-bit helpers have their own modules; kernels reach them as th.<name>.
+from fusebackend.kernels.math_helpers import (  # noqa: E402,F401
+    acosh, asinh, atan, atan2, copysign, erfc, erfcx, erfinv, frexp_exponent, frexp_mantissa, gcd, hypot, ldexp,
+    ndtri, nextafter, signbit, sinh,
+)
+from fusebackend.kernels.special_helpers import (  # noqa: E402,F401
+    digamma, i0, i0e, i1, i1e, lgamma, trigamma,
+)

@@ -267,17 +267,28 @@ _rounding("ceil", aten.ceil.default)
 _rounding("trunc", aten.trunc.default)
 
 
+def round_half_even(x: Expr) -> Expr:
+    """Round a float to the nearest integer, ties to even, as eager does (nearbyint).
+
+    From floor(x) and the exact fraction x - floor(x), never x + 0.5, which rounds for large x
+    (2^23 + 1 would become 2^23 + 2). A zero result keeps the sign of x (round(-0.3) is -0.0).
+    """
+    half, one, zero = Constant(0.5, x.dtype), Constant(1.0, x.dtype), Constant(0.0, x.dtype)
+    f = op("floor", x)
+    frac = op("sub", x, f)
+    odd = op("ne", op("fmod", f, Constant(2.0, x.dtype)), zero, dtype=torch.bool)
+    tie_up = op("logical_and", op("eq", frac, half, dtype=torch.bool), odd, dtype=torch.bool)
+    up = op("logical_or", op("gt", frac, half, dtype=torch.bool), tie_up, dtype=torch.bool)
+    r = op("where", up, op("add", f, one), f)
+    return op("where", op("eq", r, zero, dtype=torch.bool), op("mul", x, zero), r)
+
+
 @register_pointwise(aten.round.default)
 def round_(ctx: LoweringContext, self: Any) -> Expr:
     (x,) = _operands(ctx, self)
     if not x.dtype.is_floating_point:
         return x
-    # Round half to even, as eager does: floor(x + 0.5), then step back on odd ties.
-    half = Constant(0.5, x.dtype)
-    r = op("floor", op("add", x, half))
-    tie = op("eq", op("sub", r, x), half, dtype=torch.bool)
-    odd = op("ne", op("fmod", r, Constant(2.0, x.dtype)), Constant(0.0, x.dtype), dtype=torch.bool)
-    return op("where", op("logical_and", tie, odd, dtype=torch.bool), op("sub", r, Constant(1.0, x.dtype)), r)
+    return round_half_even(x)
 
 
 @register_pointwise(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
