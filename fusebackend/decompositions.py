@@ -33,13 +33,20 @@ _EXTRA = [
 
 _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}
 
+# Decompositions that give wrong answers here. The CPU flash attention's returns the attention
+# probabilities (b, h, s, s) where ATen returns the log-sum-exp (b, h, s), and its output in
+# another layout; in training the backward stays the ATen call and reads those as ATen's, so
+# every attention model's gradients were wrong (off by 10-47 on one small SDPA, 2026-11-23).
+# Kept whole, the forward and backward are a matching pair of ATen calls.
+_WRONG = {aten._scaled_dot_product_flash_attention_for_cpu}
+
 
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table.update(RANDOM)
-    return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP}
+    return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP | _WRONG}
 
 
 # ``x.uniform_()`` and ``x.normal_()`` reach the graph as ``uniform``/``normal_functional`` of an

@@ -196,3 +196,16 @@ def test_check_kernels_option_warns_at_the_first_wrong_buffer(monkeypatch: pytes
         torch.compile(fn, backend="fuse")(torch.randn(4, 7))
     messages = [str(r.message) for r in record if "first wrong buffer" in str(r.message)]
     assert len(messages) == 1 and "WRONG" in messages[0], messages
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_training_gradients_match_eager(causal: bool) -> None:
+    # the CPU flash attention's decomposition once fed the ATen backward wrong tensors
+    q, k, v = (torch.randn(2, 2, 8, 16, requires_grad=True) for _ in range(3))
+    refs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    fn = lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=causal) * 1.5).sum()  # noqa: E731
+    torch.compile(fn, backend="fuse")(q, k, v).backward()
+    fn(*refs).backward()
+    for t, r in zip((q, k, v), refs):
+        torch.testing.assert_close(t.grad, r.grad, atol=1e-5, rtol=1e-5)
+    assert fusebackend.metrics.eager_graphs == 0 and kernel_count() >= 1
