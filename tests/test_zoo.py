@@ -116,7 +116,8 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path) -> None:
     """``python -m benchmarks.zoo --tiny`` on one model: eager and fuse, a table and the JSON."""
     from benchmarks.zoo import run
 
-    rows = run.main(["--tiny", "--models", "gpt2", "--out", str(tmp_path), "--repeats", "1"])
+    # --keep-caches: the kernels compiled by the inference test above, in the test session's cache
+    rows = run.main(["--tiny", "--models", "gpt2", "--out", str(tmp_path), "--repeats", "1", "--keep-caches"])
     assert [r.model for r in rows] == ["gpt2"]
     row = rows[0]
     assert row.status == "ok", row

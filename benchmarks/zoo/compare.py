@@ -150,10 +150,10 @@ def gradient_distances(compiled: StepResult, eager: StepResult, exact: StepResul
 
 
 def buffer_distances(compiled: StepResult, eager: StepResult, exact: StepResult, atol: float) -> list[Distance]:
-    """Floating buffers after the step (running means and variances), each against its own
-    magnitude."""
-    out = []
-    for name, b_x in exact.buffers.items():
-        scale = b_x.abs().max().item() if b_x.numel() else 0.0
-        out.append(distance(f"buffer {name}", compiled.buffers[name], eager.buffers[name], b_x, atol, scale))
-    return out
+    """Floating buffers after the step (batch norm's running means and variances). The absolute
+    term is relative to the model's largest buffer (the running variances, about 1), not to each
+    buffer's own: a running mean of activations that cancel can be 1e-14 in float64 while its
+    float32 inputs carry rounding of 1e-8."""
+    scale = max((b.abs().max().item() for b in exact.buffers.values() if b.numel()), default=0.0)
+    return [distance(f"buffer {name}", compiled.buffers[name], eager.buffers[name], b_x, atol, scale)
+            for name, b_x in exact.buffers.items()]
