@@ -99,13 +99,13 @@ def _masked_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int
     (the others are labelled -100, ignored)."""
     config = drop_nothing(config)
     model = instantiate(lambda: model_cls(config), device, dtype)
-    ids = tokens(batch, seq, vocab, device)
+    ids = tokens(batch, seq, vocab, torch.device("cpu"))  # drawn and masked here, then moved
     mask = torch.ones(batch, seq, dtype=torch.long)
     mask[1::2, seq - seq // 4:] = 0
     chosen = torch.rand(batch, seq, generator=torch.Generator().manual_seed(7)) < 0.15
     chosen[:, 0] = True  # at least one labelled position per sequence
-    target = torch.where(chosen & mask.bool(), ids.cpu(), torch.full_like(ids.cpu(), -100)).to(device)
-    inputs = {"input_ids": ids, "attention_mask": mask.to(device)}
+    target = torch.where(chosen & mask.bool(), ids, torch.full_like(ids, -100)).to(device)
+    inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
     if token_types:
         types = torch.zeros(batch, seq, dtype=torch.long)
         types[:, seq // 2:] = 1  # two segments, as in sentence-pair inputs
