@@ -31,3 +31,8 @@ def _fresh_state():
     fusebackend.dump.clear()
     torch.manual_seed(0)
     yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--zoo-train", choices=("all", "core"), default="all",
+                     help="tests/test_zoo.py: train every zoo model (all, the default) or only TRAIN_SET (core)")

@@ -1,0 +1,360 @@
+"""The zoo runner: eager, Inductor and fuse on real architectures, checked and timed.
+
+    python -m benchmarks.zoo [--models gpt2,resnet] [--train] [--tiny] [--out DIR]
+
+For each model (the real size in bf16 on a GPU; ``--tiny``: the tiny size in fp32 on a CPU, eager
+and fuse only, for a smoke test) and each variant:
+
+- ``eager``: ``model(**inputs)``; its outputs are the reference, its time the baseline.
+- ``inductor``: ``torch.compile(model)``.
+- ``fuse``: ``torch.compile(model, backend="fuse")``; graphs that ran eagerly
+  (``fusebackend.metrics.eager_graphs``), ATen fallbacks by op and generated kernels are recorded.
+
+Inference (the default): ``model.eval()`` under ``torch.no_grad()``. The error is the largest
+``max|out - eager| / max|eager|`` over the outputs. ``--train``: one training step (gradients
+cleared, forward, the model's loss, backward) on the model in train mode; the error is the larger
+of the loss's relative error and the largest gradient difference over the model's largest eager
+gradient. Each compiled variant: the first call (compile included, its seconds reported) is
+checked, then the median time of one call (``benchmarks/timing.py``: ``do_bench`` on a GPU).
+``fuse <= 2x inductor`` says whether fuse's error is at most twice Inductor's.
+
+One model failing (an exception, out of memory) is reported as ``ERROR`` with the message and the
+others run; results are written after every model to ``zoo[_tiny][_train].json`` and ``.md`` in
+``--out`` (default ``$OUT`` if set, else ``./bench_out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import os
+import time
+import traceback
+import warnings
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+import fusebackend
+from benchmarks.timing import TimingConfig, median_ms, synchronize
+from benchmarks.zoo.compare import output_error, relative_error
+from benchmarks.zoo.registry import TRAIN_REAL, ZOO
+from benchmarks.zoo.spec import Built, Size
+
+VARIANTS = ("eager", "inductor", "fuse")
+
+
+@dataclasses.dataclass
+class VariantStats:
+    variant: str
+    status: str = "ok"  # ref (eager), ok, error
+    error: float | None = None  # against eager (see the module docstring); None for eager itself
+    median_ms: float | None = None
+    first_call_s: float | None = None  # compile and one run
+    speedup: float | None = None  # eager's time over this one
+    eager_graphs: int | None = None  # fuse: graphs that ran eagerly after a failure
+    graphs: int | None = None  # fuse: graphs compiled
+    kernels: int | None = None  # fuse: generated kernels
+    fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)  # fuse: ATen ops by name
+    message: str = ""  # the exception, or fuse's warnings
+
+
+@dataclasses.dataclass
+class ZooRow:
+    model: str
+    mode: str  # "inference" or "train"
+    shapes: str = ""
+    status: str = "ok"  # ok, ERROR (the model could not be built or run eagerly), skipped
+    message: str = ""
+    seconds: float = 0.0
+    variants: list[VariantStats] = dataclasses.field(default_factory=list)
+
+    def get(self, name: str) -> VariantStats | None:
+        return next((v for v in self.variants if v.variant == name), None)
+
+    @property
+    def eager(self) -> VariantStats | None:
+        return self.get("eager")
+
+    @property
+    def inductor(self) -> VariantStats | None:
+        return self.get("inductor")
+
+    @property
+    def fuse(self) -> VariantStats | None:
+        return self.get("fuse")
+
+    @property
+    def fuse_within_2x_inductor(self) -> bool | None:
+        f, i = self.fuse, self.inductor
+        if f is None or i is None or f.error is None or i.error is None:
+            return None
+        return f.error <= 2 * i.error
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    size: Size
+    device: torch.device
+    dtype: torch.dtype
+    train: bool
+    variants: tuple[str, ...]
+    timing: TimingConfig
+
+
+def _short(exc: BaseException, limit: int = 400) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@contextlib.contextmanager
+def _recording_warnings(into: list[str]) -> Iterator[None]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                text = str(w.message).strip().replace("\n", " ")
+                if text.startswith("fusebackend") and text not in into:
+                    into.append(text[:300])
+
+
+def _reset() -> None:
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    fusebackend.dump.clear()
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _compiler(variant: str) -> Callable[[torch.nn.Module], Callable[..., Any]]:
+    if variant == "eager":
+        return lambda model: model
+    if variant == "inductor":
+        return lambda model: torch.compile(model)
+    return lambda model: torch.compile(model, backend="fuse")
+
+
+def _inference_step(built: Built, call: Callable[..., Any]) -> Callable[[], Any]:
+    def step() -> Any:
+        with torch.no_grad():
+            return call(**built.inputs)
+
+    return step
+
+
+def _train_step(built: Built, call: Callable[..., Any]) -> Callable[[], Any]:
+    params = [(n, p) for n, p in built.model.named_parameters() if p.requires_grad]
+
+    def step() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        for _, p in params:
+            p.grad = None
+        loss = built.loss(call(**built.train_inputs))
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in params if p.grad is not None}
+
+    return step
+
+
+def _train_error(result: tuple[torch.Tensor, dict[str, torch.Tensor]],
+                 expected: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> float:
+    """The loss's relative error, or the largest gradient difference over the model's largest
+    eager gradient, whichever is larger; inf for a gradient that is missing or not finite."""
+    loss, grads = result
+    eager_loss, eager_grads = expected
+    scale = max((g.detach().abs().max().item() for g in eager_grads.values() if g.numel()), default=0.0)
+    worst = relative_error(loss, eager_loss)
+    for name, g_e in eager_grads.items():
+        g = grads.get(name)
+        if g is None or g.shape != g_e.shape:
+            return float("inf")
+        diff = (g.double() - g_e.double()).abs().max().item() if g.numel() else 0.0
+        if diff != diff:
+            return float("inf")
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
+
+
+def _snapshot(result: Any) -> Any:
+    """A copy of a step's tensors, so that later steps (which reuse gradient buffers) leave it."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result[0].clone(), {n: g.clone() for n, g in result[1].items()}
+    return result
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print) -> ZooRow:
+    """One model through every variant; exceptions are recorded in the row, never raised."""
+    mode = "train" if options.train else "inference"
+    row = ZooRow(name, mode)
+    entry = ZOO[name]
+    reason = entry.available()
+    if reason is not None:
+        row.status, row.message = "skipped", reason
+        return row
+    start = time.perf_counter()
+    built = None
+    try:
+        _reset()
+        built = entry.build(options.size, options.device, options.dtype)
+        row.shapes = built.shapes
+        built.model.train(options.train)
+        make_step = _train_step if options.train else _inference_step
+        expected, _ = _timed(lambda: _snapshot(make_step(built, built.model)()), options.device)
+        eager = VariantStats("eager", "ref", speedup=1.0)
+        step = make_step(built, built.model)
+        eager.median_ms = median_ms(step, options.device, options.timing)
+        row.variants.append(eager)
+        for variant in options.variants:
+            if variant != "eager":
+                row.variants.append(_run_variant(variant, built, make_step, expected, options))
+                _free(options.device)
+    except Exception as exc:
+        row.status, row.message = "ERROR", _short(exc)
+        log(traceback.format_exc(limit=-3))
+    finally:
+        del built
+        _reset()
+        _free(options.device)
+    row.seconds = time.perf_counter() - start
+    return row
+
+
+def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callable[..., Any]], Callable[[], Any]],
+                 expected: Any, options: RunOptions) -> VariantStats:
+    stats = VariantStats(variant)
+    notes: list[str] = []
+    with _recording_warnings(notes):
+        try:
+            _reset()
+            step = make_step(built, _compiler(variant)(built.model))
+            out, stats.first_call_s = _timed(lambda: _snapshot(step()), options.device)
+            if variant == "fuse":
+                m = fusebackend.metrics
+                stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
+                stats.fallbacks = dict(m.fallbacks.most_common())
+                stats.kernels = sum(a.kernel_count for a in fusebackend.history())
+            if options.train:
+                stats.error = _train_error(out, expected)
+            else:
+                stats.error = output_error(out, expected)
+            del out
+            stats.median_ms = median_ms(step, options.device, options.timing)
+        except Exception as exc:
+            stats.status = "error"
+            notes.insert(0, _short(exc))
+    stats.message = " | ".join(notes)
+    return stats
+
+
+def _finish(row: ZooRow) -> None:
+    eager = row.eager
+    for v in row.variants:
+        if eager is not None and eager.median_ms and v.median_ms:
+            v.speedup = eager.median_ms / v.median_ms
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all; with --train: "
+                        f"{','.join(TRAIN_REAL)}); see --list")
+    parser.add_argument("--list", action="store_true", help="list the zoo and exit")
+    parser.add_argument("--train", action="store_true", help="a training step instead of inference")
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny configurations (default device cpu, fp32, variants eager,fuse): a smoke test")
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated subset of eager,inductor,fuse (eager always runs); "
+                             "default all three, eager,fuse with --tiny on a CPU")
+    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
+                        help="auto: cuda when a GPU is visible (and not --tiny), else cpu")
+    parser.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
+                        help="default bf16 on a GPU, fp32 on a CPU")
+    parser.add_argument("--out", default=os.environ.get("OUT") or "bench_out",
+                        help="folder for zoo*.json and zoo*.md (default: $OUT if set, else ./bench_out)")
+    parser.add_argument("--keep-caches", action="store_true",
+                        help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones")
+    parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
+    parser.add_argument("--rep-ms", type=float, default=100.0, help="GPU: do_bench repetition budget (ms)")
+    parser.add_argument("--repeats", type=int, default=3, help="CPU: timed calls per variant (median)")
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def options_from(args: argparse.Namespace) -> RunOptions:
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    else:
+        device = torch.device(args.device)
+    dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if args.variants is None:
+        args.variants = "eager,fuse" if args.tiny and device.type == "cpu" else ",".join(VARIANTS)
+    wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
+    bad = [v for v in wanted if v not in VARIANTS]
+    if bad:
+        raise SystemExit(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
+    variants = ("eager",) + tuple(v for v in VARIANTS[1:] if v in wanted)
+    timing = TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats)
+    return RunOptions("tiny" if args.tiny else "real", device, dtype, args.train, variants, timing)
+
+
+def select(names: str, train: bool) -> list[str]:
+    if not names:
+        return list(TRAIN_REAL) if train else list(ZOO)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in ZOO]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")
+    return wanted
+
+
+def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
+    from benchmarks.harness import fresh_caches
+    from benchmarks.zoo import report
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.zoo", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.list:
+        for entry in ZOO.values():
+            print(f"{entry.name:28s} {entry.library:13s} {entry.description}")
+        return []
+    names = select(args.models, args.train)
+    options = options_from(args)
+    stem = "zoo" + ("_tiny" if args.tiny else "") + ("_train" if args.train else "")
+    env = report.environment(options)
+    print(f"zoo: {len(names)} models, {env['mode']}, {env['size']} size, {env['dtype']} on {env['device']}; "
+          f"torch {env['torch']}, transformers {env['transformers']}", flush=True)
+    rows: list[ZooRow] = []
+    with fresh_caches(not args.keep_caches), fusebackend.config.patch(interpret=options.device.type == "cpu"):
+        for k, name in enumerate(names, 1):
+            row = run_model(name, options)
+            _finish(row)
+            rows.append(row)
+            print(f"[{k}/{len(names)}] {report.progress(row)}", flush=True)
+            paths = report.write(rows, env, args.out, stem)
+    print()
+    print(report.table(rows))
+    if rows:
+        print(f"\nwrote {', '.join(paths)}")
+    return rows
+
+
+if __name__ == "__main__":
+    # Run the copy imported under the package name, so that the registry and this CLI share one module.
+    from benchmarks.zoo.run import main as package_main
+
+    package_main()

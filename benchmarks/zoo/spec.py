@@ -1,0 +1,72 @@
+"""What a zoo entry is: a named builder of a real architecture, and what a build returns.
+
+A ``ZooModel`` builds its model in one of two sizes: ``tiny`` (1-2 layers, hidden 32-64, 32x32
+images or 16-token sequences: seconds on a CPU in Triton's interpreter) and ``real`` (the standard
+size of the architecture at a usual batch, for a GPU). The weights are random (seeded), the
+configuration is written out here: nothing is downloaded.
+
+``build(size, device, dtype)`` returns a ``Built``:
+
+- ``model``: in train mode, dropout off everywhere (configuration probabilities 0 and every
+  ``nn.Dropout`` at ``p=0``), so that compiled and eager runs can be compared. Batch norm stays as
+  the mode says (train mode updates running statistics).
+- ``inputs``: keyword arguments of ``model(**inputs)`` for inference.
+- ``train_inputs``: keyword arguments for the training step (``inputs`` plus labels where the
+  model computes its own loss).
+- ``loss(output)``: the training loss from ``model(**train_inputs)``'s output.
+
+A model whose library does not import here (torchvision, timm on a CPU machine) raises
+``Unavailable`` with the reason, from ``build`` or from ``available()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Literal
+
+import torch
+import torch.nn as nn
+
+Size = Literal["tiny", "real"]
+SIZES: tuple[Size, ...] = ("tiny", "real")
+
+
+class Unavailable(RuntimeError):
+    """The model's library cannot be imported here; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    model: nn.Module
+    inputs: dict[str, torch.Tensor]
+    train_inputs: dict[str, torch.Tensor]
+    loss: Callable[[Any], torch.Tensor]
+    shapes: str  # the batch in words, for reports ("b8 s512", "b64 3x224x224")
+
+
+Builder = Callable[[Size, torch.device, torch.dtype], Built]
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooModel:
+    name: str
+    library: str  # "transformers", "torchvision" or "timm": the package that must import
+    description: str  # the architecture, and what "real" is
+    builder: Builder
+
+    def available(self) -> str | None:
+        """None when the library imports here, else the reason it does not."""
+        try:
+            importlib.import_module(self.library)
+        except Exception as exc:  # ImportError, or a broken install that fails while importing
+            return f"{self.library} does not import here: {type(exc).__name__}: {exc}"
+        return None
+
+    def build(self, size: Size, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> Built:
+        if size not in SIZES:
+            raise ValueError(f"size {size!r}: choose from {SIZES}")
+        reason = self.available()
+        if reason is not None:
+            raise Unavailable(reason)
+        return self.builder(size, torch.device(device), dtype)
