@@ -20,7 +20,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from fusebackend import metrics
-from fusebackend.decompositions import decomposition_table
+from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.pipeline import compile_graph
 
 _graph_ids = itertools.count()
@@ -126,4 +126,5 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
         # graph, where the kernel that computes the new value writes it in place
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs)
+    with whole_ops():  # upsampling reaches the graphs as ops (decompositions.py)
+        return backend(gm, example_inputs)
