@@ -3,6 +3,7 @@
 from fusebackend.lowering import pointwise as _pointwise  # noqa: F401  (registers lowerings)
 from fusebackend.lowering import reductions as _reductions  # noqa: F401
 from fusebackend.lowering import pooling as _pooling  # noqa: F401
+from fusebackend.lowering import upsampling as _upsampling  # noqa: F401
 from fusebackend.lowering.graph import lower
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported
 

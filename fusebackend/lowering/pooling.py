@@ -93,7 +93,12 @@ def conj(*conds: Cond) -> Cond:
 
 def clamped(expr: sympy.Expr, size: int, ranges: dict[sympy.Symbol, int]) -> sympy.Expr:
     """``expr`` held inside [0, size): where it is out of range, a mask discards what it reads."""
-    out = indexing.simplify(Clamp(sympy.sympify(expr), 0, size - 1), ranges)
+    return settled(Clamp(sympy.sympify(expr), 0, size - 1), ranges)
+
+
+def settled(expr: sympy.Expr, ranges: dict[sympy.Symbol, int]) -> sympy.Expr:
+    """``expr`` simplified for the index ranges, checked to divide no negative value."""
+    out = indexing.simplify(sympy.sympify(expr), ranges)
     _check_divisions(out, ranges)
     return out
 
