@@ -37,7 +37,7 @@ from fusebackend import ir
 from fusebackend.indexing import Clamp, FloorDiv
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext, TensorArg
-from fusebackend.lowering.pooling import (
+from fusebackend.lowering.windows import (
     clamped, conj, in_range, index_value, masked, ranges_of, settled, spatial_load, total,
 )
 from fusebackend.lowering.registry import Unsupported, register_pointwise
