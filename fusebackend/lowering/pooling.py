@@ -3,10 +3,11 @@
 The ops that reach the backend after AOTAutograd (``decompositions.py`` decomposes the 1d forms,
 ``max_pool2d`` without indices and adaptive pooling to 1x1 into these or into ``mean``):
 ``max_pool{2,3}d_with_indices``, ``avg_pool{2,3}d``, ``_adaptive_avg_pool{2,3}d`` and their
-``*_backward`` ops. PyTorch's core decompositions leave them whole, and its decomposition of
-``_adaptive_avg_pool2d`` (gathers with ``aten.index`` over a padded window, then a sum) would
-put an extern gather, read from memory, between the pool and its neighbours. Here every one is
-a single pointwise node over its output (the backward passes over the input's gradient):
+``*_backward`` ops. PyTorch's core decompositions leave them whole. Its decomposition of
+``_adaptive_avg_pool2d`` (not used) gathers every window with ``aten.index`` into an
+intermediate ``K*K`` times the output's size and sums that: an extern gather, read from memory,
+between the pool and its neighbours, and a large intermediate. Here every op is a single
+pointwise node over its output (a backward pass over the input's gradient):
 
 - a forward pool unrolls its window (``kh * kw`` loads combined with ``maximum`` or ``add``);
   a window that reaches into the padding reads the edge element (the index is ``Clamp``-ed) and
@@ -255,7 +256,8 @@ def _avg_pool(ctx: LoweringContext, x: TensorArg, nd: int, kernel_size: Any, str
     acc = ir.compute_dtype(ctx.dtype)
     lead, out_vars = ctx.vars[:-nd], ctx.vars[-nd:]
     terms = [masked(valid, spatial_load(x, lead, idx, acc), 0.0) for idx, valid in _taps(windows, out_vars, ranges)]
-    return op("truediv", total(terms, acc), _divisor(windows, out_vars, count_include_pad, divisor_override, ranges, acc))
+    divisor = _divisor(windows, out_vars, count_include_pad, divisor_override, ranges, acc)
+    return op("truediv", total(terms, acc), divisor)
 
 
 @register_pointwise(aten.avg_pool2d.default)

@@ -290,7 +290,8 @@ def _linear(ctx: LoweringContext, x: TensorArg, align_corners: bool, scales: Seq
     if not x.dtype.is_floating_point:
         raise Unsupported(f"linear upsampling of {x.dtype}")
     acc = ir.compute_dtype(ctx.dtype)
-    axes = [linear_axis(i, o, align_corners, s, ctx.device.type, acc) for i, o, s in zip(x.sizes[-nd:], ctx.sizes[-nd:], scales)]
+    axes = [linear_axis(i, o, align_corners, s, ctx.device.type, acc)
+            for i, o, s in zip(x.sizes[-nd:], ctx.sizes[-nd:], scales)]
     return _forward(ctx, x, axes)
 
 
@@ -303,7 +304,6 @@ class Gather:
     each (t, neighbour k) whether output ``L(h) + t`` reads ``h`` through ``k`` for every ``h``
     ("always"), for none ("never") or for some ("test": decided in the kernel)."""
 
-    axis: Axis
     start: FloorAffine
     reads: tuple[tuple[str, ...], ...]  # [t][k]
 
@@ -324,7 +324,7 @@ def gather_of(axis: Axis) -> Gather:
             hits = {start(h) + t < axis.out_size and (k, h) in axis.reads(start(h) + t) for h in range(axis.in_size)}
             row.append("always" if hits == {True} else "never" if hits == {False} else "test")
         reads.append(tuple(row))
-    return Gather(axis, start, tuple(reads))
+    return Gather(start, tuple(reads))
 
 
 def _backward(ctx: LoweringContext, grad_output: TensorArg, axes: Sequence[Axis]) -> Expr:
@@ -383,7 +383,8 @@ def _nearest_backward(ctx: LoweringContext, grad_output: TensorArg, scales: Sequ
     nd = len(scales)
     _check_rank(grad_output, nd)
     device = ctx.device.type
-    axes = [nearest_axis(i, o, s, exact, device, nd) for i, o, s in zip(ctx.sizes[-nd:], grad_output.sizes[-nd:], scales)]
+    axes = [nearest_axis(i, o, s, exact, device, nd)
+            for i, o, s in zip(ctx.sizes[-nd:], grad_output.sizes[-nd:], scales)]
     return _backward(ctx, grad_output, axes)
 
 
