@@ -6,8 +6,8 @@ the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, f
 (an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
 the clamped windows of pooling and upsampling, and the ``gdc_wait`` of programmatic dependent
 launch. A child process does it, so that Triton and our helpers are set up for compiled kernels
-from the start. Skipped where this Triton has no
-NVIDIA backend or no ``ptxas``, and on a machine with a GPU (whose suite runs the kernels).
+from the start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
+with a GPU (whose suite runs the kernels).
 """
 
 from __future__ import annotations
