@@ -161,6 +161,20 @@ def test_adaptive_pool_of_whole_windows_has_no_masks() -> None:
     assert source.count("tl.load(") == 8
 
 
+def test_large_windows_that_tile_the_input_are_a_reduction() -> None:
+    # 16x16 windows: summed by a reduction over a (window, position) view, not unrolled
+    check_op(lambda x: F.adaptive_avg_pool2d(x, 2), torch.randn(2, 3, 32, 32))
+    forward = fusebackend.history()[0]
+    assert forward.kernel_count == 1 and all(name.startswith("fused_red") for name in forward.kernels)
+    torch._dynamo.reset()
+    check_lowered(lambda x: F.avg_pool2d(x, 8, divisor_override=7), torch.randn(2, 3, 17, 16))
+
+
+def test_window_too_large_to_unroll_stays_an_aten_call() -> None:
+    check(lambda x: F.max_pool2d(x, 17), torch.randn(1, 2, 17, 17))
+    assert fusebackend.metrics.fallbacks["max_pool2d_with_indices"] == 1
+
+
 # ------------------------------------------------------------------------------- upsampling
 
 UPSAMPLES = {

@@ -20,7 +20,11 @@ pointwise node over its output (a backward pass over the input's gradient):
   at most ``(k - 1) * d // s + 1`` per dim, unrolled, so no atomics and no scatter;
 - adaptive pooling's windows vary with the index (start ``floor(i*In/Out)``, end
   ``ceil((i+1)*In/Out)``): the window is bounded by its largest size and masked; where
-  ``In % Out == 0`` the bounds fold away and it is a regular pool.
+  ``In % Out == 0`` the bounds fold away and it is a regular pool;
+- an average over large windows (``REDUCE_FROM`` positions or more) that tile the input (an
+  adaptive pool to 2x2, say) is a sum reduction over a view of the input with a (window,
+  position) dim pair per spatial dim, then a division; other windows past ``MAX_UNROLLED``
+  positions stay ATen calls.
 
 Conditions that the index ranges decide (a window that never reaches the padding, windows of
 one size) fold at lowering time, so the common layers carry no masks. ``ceil_mode``,
@@ -33,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sympy
 import torch
@@ -44,7 +48,7 @@ from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite, register_pointwise
 from fusebackend.lowering.windows import (
-    Cond, clamped, conj, in_range, index_value, masked, product, ranges_of, spatial_load, total,
+    Cond, check_unrolled, clamped, conj, in_range, index_value, masked, product, ranges_of, spatial_load, total,
 )
 
 aten = torch.ops.aten
@@ -131,6 +135,7 @@ def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride:
     values_meta, indices_meta = b.out_meta
     sizes = tuple(values_meta.shape)
     windows = _windows(x, sizes, nd, kernel_size, stride, padding, dilation)
+    check_unrolled(math.prod(w.kernel for w in windows), "a max pool window")
     acc = ir.compute_dtype(x.dtype)
 
     def window(ctx: LoweringContext) -> tuple[list[sympy.Expr], list[tuple[tuple[sympy.Expr, ...], Cond]]]:
@@ -183,6 +188,7 @@ def _covering(ctx: LoweringContext, windows: Sequence[Window], nd: int
     """For the input element at ``ctx``'s index: every output window that may cover it, as (its
     index held inside the output, the steps back from the last such window, whether it exists)."""
     ranges = ranges_of(ctx)
+    check_unrolled(math.prod(w.covering() for w in windows), "a pool's backward window")
     out = []
     for steps in itertools.product(*(range(w.covering()) for w in windows)):
         index = [FloorDiv(v + w.padding, w.stride) - t for v, w, t in zip(ctx.vars[-nd:], windows, steps)]
@@ -248,10 +254,9 @@ def _divisor(windows: Sequence[Window], index: Sequence[sympy.Expr], include_pad
     return product([_window_size(w, i, include_pad, ranges) for w, i in zip(windows, index)], acc)
 
 
-def _avg_pool(ctx: LoweringContext, x: TensorArg, nd: int, kernel_size: Any, stride: Any, padding: Any,
-              count_include_pad: bool, divisor_override: Any) -> Expr:
-    float_input(x)
-    windows = _windows(x, ctx.sizes, nd, kernel_size, stride, padding)
+def _avg_pool(ctx: LoweringContext, x: TensorArg, windows: Sequence[Window], count_include_pad: bool,
+              divisor_override: Any) -> Expr:
+    nd = len(windows)
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead, out_vars = ctx.vars[:-nd], ctx.vars[-nd:]
@@ -260,16 +265,57 @@ def _avg_pool(ctx: LoweringContext, x: TensorArg, nd: int, kernel_size: Any, str
     return op("truediv", total(terms, acc), divisor)
 
 
-@register_pointwise(aten.avg_pool2d.default)
-def avg_pool2d(ctx: LoweringContext, self: TensorArg, kernel_size: Any, stride: Any = (), padding: Any = 0,
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Expr:
-    return _avg_pool(ctx, self, 2, kernel_size, stride, padding, count_include_pad, divisor_override)
+# From this many positions on, an average over windows that tile the input is a reduction.
+REDUCE_FROM = 64
 
 
-@register_pointwise(aten.avg_pool3d.default)
-def avg_pool3d(ctx: LoweringContext, self: TensorArg, kernel_size: Any, stride: Any = (), padding: Any = 0,
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Expr:
-    return _avg_pool(ctx, self, 3, kernel_size, stride, padding, count_include_pad, divisor_override)
+def _average(b: GraphLowering, x: TensorArg, nd: int, positions: int, tiles: Sequence[int] | None, divisor: float,
+             body: Callable[[LoweringContext], Expr]) -> TensorArg:
+    """One pointwise node that unrolls the window (``body``); or, for a large window where the
+    windows tile the input (``tiles``: their sizes, stride = kernel and no padding), the sums of
+    a view with a (window, position) dim pair per spatial dim, reduced over the positions, and
+    divided by ``divisor``."""
+    meta = b.out_meta
+    if positions < REDUCE_FROM or tiles is None:
+        check_unrolled(positions, "an average pool window")
+        return b.pointwise(tuple(meta.shape), meta.dtype, body, tuple(meta.stride()))
+    view = x.view
+    lead = len(view.sizes) - nd
+    sizes, strides, positions_dims = list(view.sizes[:lead]), list(view.strides[:lead]), []
+    for k, o, st in zip(tiles, tuple(meta.shape)[-nd:], view.strides[lead:]):
+        sizes += [o, k]
+        strides += [k * st, st]
+        positions_dims.append(len(sizes) - 1)
+    tiled = TensorArg(ir.View(view.buffer, tuple(sizes), tuple(strides), view.offset),
+                      torch.empty_strided(sizes, strides, dtype=x.dtype, device="meta"))
+    acc = ir.compute_dtype(x.dtype)
+    sums = b.reduce(tiled, positions_dims, False, "sum", acc, lambda ctx: ctx.value(tiled, acc))
+    mean = lambda ctx: op("truediv", ctx.value(sums, acc), Constant(float(divisor), acc))  # noqa: E731
+    return b.pointwise(tuple(meta.shape), meta.dtype, mean, tuple(meta.stride()))
+
+
+def _avg_pool_node(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride: Any, padding: Any,
+                   count_include_pad: bool, divisor_override: Any) -> TensorArg:
+    float_input(x)
+    windows = _windows(x, b.out_meta.shape, nd, kernel_size, stride, padding)
+    tiles = None
+    if all(w.stride == w.kernel and w.padding == 0 and w.out_size * w.kernel <= w.in_size for w in windows):
+        tiles = [w.kernel for w in windows]
+    positions = math.prod(w.kernel for w in windows)
+    return _average(b, x, nd, positions, tiles, divisor_override or positions,
+                    lambda ctx: _avg_pool(ctx, x, windows, count_include_pad, divisor_override))
+
+
+@register_composite(aten.avg_pool2d.default)
+def avg_pool2d(b: GraphLowering, self: TensorArg, kernel_size: Any, stride: Any = (), padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> TensorArg:
+    return _avg_pool_node(b, self, 2, kernel_size, stride, padding, count_include_pad, divisor_override)
+
+
+@register_composite(aten.avg_pool3d.default)
+def avg_pool3d(b: GraphLowering, self: TensorArg, kernel_size: Any, stride: Any = (), padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> TensorArg:
+    return _avg_pool_node(b, self, 3, kernel_size, stride, padding, count_include_pad, divisor_override)
 
 
 def _avg_pool_backward(ctx: LoweringContext, grad_output: TensorArg, x: TensorArg, nd: int, kernel_size: Any,
@@ -355,9 +401,8 @@ def _adaptive_axes(in_sizes: Sequence[int], out_sizes: Sequence[int], nd: int) -
     return axes
 
 
-def _adaptive_avg_pool(ctx: LoweringContext, x: TensorArg, nd: int) -> Expr:
-    float_input(x)
-    axes = _adaptive_axes(x.sizes, ctx.sizes, nd)
+def _adaptive_avg_pool(ctx: LoweringContext, x: TensorArg, axes: Sequence[AdaptiveAxis]) -> Expr:
+    nd = len(axes)
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead, out_vars = ctx.vars[:-nd], ctx.vars[-nd:]
@@ -373,14 +418,22 @@ def _adaptive_avg_pool(ctx: LoweringContext, x: TensorArg, nd: int) -> Expr:
     return op("truediv", total(terms, acc), product([a.size(i, ranges) for a, i in zip(axes, out_vars)], acc))
 
 
-@register_pointwise(aten._adaptive_avg_pool2d.default)
-def adaptive_avg_pool2d(ctx: LoweringContext, self: TensorArg, output_size: Any) -> Expr:
-    return _adaptive_avg_pool(ctx, self, 2)
+def _adaptive_avg_pool_node(b: GraphLowering, x: TensorArg, nd: int) -> TensorArg:
+    float_input(x)
+    axes = _adaptive_axes(x.sizes, b.out_meta.shape, nd)
+    tiles = [a.in_size // a.out_size for a in axes] if all(a.in_size % a.out_size == 0 for a in axes) else None
+    positions = math.prod(max(a.sizes()) for a in axes)
+    return _average(b, x, nd, positions, tiles, positions, lambda ctx: _adaptive_avg_pool(ctx, x, axes))
 
 
-@register_pointwise(aten._adaptive_avg_pool3d.default)
-def adaptive_avg_pool3d(ctx: LoweringContext, self: TensorArg, output_size: Any) -> Expr:
-    return _adaptive_avg_pool(ctx, self, 3)
+@register_composite(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d(b: GraphLowering, self: TensorArg, output_size: Any) -> TensorArg:
+    return _adaptive_avg_pool_node(b, self, 2)
+
+
+@register_composite(aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool3d(b: GraphLowering, self: TensorArg, output_size: Any) -> TensorArg:
+    return _adaptive_avg_pool_node(b, self, 3)
 
 
 def _adaptive_avg_pool_backward(ctx: LoweringContext, grad_output: TensorArg, nd: int) -> Expr:
@@ -391,6 +444,7 @@ def _adaptive_avg_pool_backward(ctx: LoweringContext, grad_output: TensorArg, nd
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead, in_vars = ctx.vars[:-nd], ctx.vars[-nd:]
+    check_unrolled(math.prod(max(a.covering()) for a in axes), "an adaptive pool's backward window")
     terms = []
     for offsets in itertools.product(*(range(max(a.covering())) for a in axes)):
         index, valid = [], []

@@ -7,11 +7,15 @@ their derivative, ``index_put`` with accumulation (a scatter-add, atomics on a G
 so the producer of its input and the consumer of its output fuse with it:
 
 - per spatial dim, the input position each output position reads is a compile-time table:
-  eager's own float formula (``float32`` scale, ``floorf``; linear in the op-math type), computed
-  here with numpy in the same precision. The table is fitted exactly by
+  eager's float formula as its kernels compute it on the graph's device (a ``float32`` scale
+  and ``floorf`` for nearest; the op-math type for linear; the fused multiply-add the CPU
+  build contracts ``scale * (i + 0.5) - 0.5`` into; the CPU's 2d nearest shortcuts), computed
+  here with numpy in the same precision. The table is fitted by
   ``clamp(floor((a*i + b) / c), lo, hi)`` with ``a/c`` near the size ratio, so the kernel
-  indexes with integer arithmetic and no float rounding can disagree with eager; where no small
-  fraction fits (a scale whose float rounding breaks the pattern) the op stays an ATen call;
+  indexes with integer arithmetic. For nearest the fit is exact, or the op stays an ATen call
+  (a size whose float rounding breaks every small fraction's pattern); linear interpolation is
+  continuous, so where the coordinate is within a few ulps of a whole number either neighbour
+  pair is allowed (the weights, computed from the coordinate, make the difference vanish);
 - linear interpolation's weights are computed in the kernel from the output index, by eager's
   formula, and the two (four, eight) neighbours are combined per dim as eager nests them;
 - a backward pass gathers, for each input element, from the output positions that read it: a
@@ -38,7 +42,7 @@ from fusebackend.indexing import Clamp, FloorDiv
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext, TensorArg
 from fusebackend.lowering.windows import (
-    clamped, conj, in_range, index_value, masked, ranges_of, settled, spatial_load, total,
+    check_unrolled, clamped, conj, in_range, index_value, masked, ranges_of, settled, spatial_load, total,
 )
 from fusebackend.lowering.registry import Unsupported, register_pointwise
 
@@ -360,6 +364,7 @@ def _backward(ctx: LoweringContext, grad_output: TensorArg, axes: Sequence[Axis]
                     parts.append(masked(conj(exists, _reads(m, i, h, ranges)), w, 0.0))
             options.append((i, total(parts, acc), True))
         per_dim.append(options)
+    check_unrolled(math.prod(len(o) for o in per_dim), "an upsampling's backward window")
     terms = []
     for combo in itertools.product(*per_dim):
         index = tuple(i for i, _, _ in combo)

@@ -24,6 +24,15 @@ from fusebackend.lowering.registry import Unsupported
 
 Cond = Expr | bool  # a mask: True (always), False (never) or a bool expression
 
+# The most loads one output element's body unrolls; a larger window stays an ATen call (or, for
+# an average over windows that tile the input, is a reduction: pooling.py).
+MAX_UNROLLED = 256
+
+
+def check_unrolled(count: int, what: str) -> None:
+    if count > MAX_UNROLLED:
+        raise Unsupported(f"{what} of {count} positions: too many to unroll")
+
 
 def ranges_of(ctx: LoweringContext) -> dict[sympy.Symbol, int]:
     return {v: max(int(n), 1) for v, n in zip(ctx.vars, ctx.sizes)}
