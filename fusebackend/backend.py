@@ -26,7 +26,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from fusebackend import metrics
-from fusebackend.decompositions import decomposition_table
+from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.pipeline import compile_graph
 
 _graph_ids = itertools.count()
@@ -160,7 +160,8 @@ def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[.
 def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
     try:
-        compiled = _aot_backend()(gm, example_inputs)
+        with whole_ops():  # upsampling reaches the graphs as ops (decompositions.py)
+            compiled = _aot_backend()(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)
     except Exception as exc:  # AOTAutograd could not trace it: nothing of ours to run

@@ -4,12 +4,18 @@ PyTorch's core ATen decompositions, plus the composite ops we want as primitives
 pieces can fuse (activations, softmax, normalizations and their backward passes). Ops we lower
 directly and better than their decomposition (clamp, relu, hardtanh keep NaN semantics in one
 ``where``) are left out.
+
+Upsampling (nearest, linear; 1d to 3d) is kept whole and lowered directly (``lowering/pooling.py``
+says why). PyTorch decomposes those ops in Python at the Autograd dispatch key while AOTAutograd
+traces, before this table is consulted, so ``whole_ops()`` hides those Python kernels during the
+trace: the graph then holds the op, and its backward graph the op's ATen backward.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -40,6 +46,13 @@ _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}
 # Kept whole, the forward and backward are a matching pair of ATen calls.
 _WRONG = {aten._scaled_dot_product_flash_attention_for_cpu}
 
+_WHOLE = [
+    aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
+    aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
+    aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_trilinear3d,
+]
+_KEEP |= set(_WHOLE)
+
 
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
@@ -65,3 +78,31 @@ def _normal_functional(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, gen
 
 
 RANDOM = {aten.uniform.default: _uniform, aten.normal_functional.default: _normal_functional}
+
+
+@contextlib.contextmanager
+def whole_ops() -> Iterator[None]:
+    """While AOTAutograd traces: the ``_WHOLE`` ops without their Python decompositions.
+
+    PyTorch registers those as Python kernels of the op (``OpOverload.py_kernels``) at the
+    Autograd and CompositeImplicitAutograd keys, which the Python dispatcher that AOTAutograd
+    enables runs instead of the op. Removed here and put back after; Dynamo compiles one frame
+    at a time (under its compile lock), so no other trace sees them missing.
+    """
+    from torch._C import DispatchKey
+    import torch._decomp  # noqa: F401  (registers the Python kernels first, so that they come back)
+
+    hidden: list[tuple[Any, Any, Callable[..., Any]]] = []
+    for packet in _WHOLE:
+        for name in packet.overloads():
+            overload = getattr(packet, name)
+            for key in (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd):
+                if key in overload.py_kernels:
+                    hidden.append((overload, key, overload.py_kernels.pop(key)))
+            overload._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for overload, key, kernel in hidden:
+            overload.py_kernels[key] = kernel
+            overload._dispatch_cache.clear()

@@ -5,7 +5,9 @@ from loop variables (non-negative integer symbols with known ranges), integer co
 ``*`` by constants, and two functions defined here:
 
 - ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``;
-- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``.
+- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``;
+- ``Clamp(a, lo, hi)``: min(max(a, lo), hi) for integer constants ``lo <= hi``: a window that
+  reaches past an edge (pooling's padding) reads the edge element, and a mask discards it.
 
 Reshapes and inlined producers introduce them; ``simplify(expr, ranges)`` removes what the
 variable ranges make redundant (a FloorDiv of something smaller than its divisor is 0) and folds
@@ -127,6 +129,10 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
         if a >= 0 and b < d:
             return a, b
         return 0, d - 1
+    if isinstance(expr, Clamp):
+        a, b = bounds(expr.args[0], ranges)
+        lo, hi = int(expr.args[1]), int(expr.args[2])
+        return min(max(a, lo), hi), min(max(b, lo), hi)
     raise TypeError(f"unsupported index expression {expr!r}")
 
 
@@ -156,6 +162,12 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
             big, small, c = split
             return c * simplify(ModIdx(big, d // c), ranges) + small
         return ModIdx(inner, d)
+    if isinstance(expr, Clamp):
+        inner, lo, hi = args[0], int(args[1]), int(args[2])
+        a, b = bounds(inner, ranges)
+        if a >= lo and b <= hi:
+            return inner
+        return Clamp(inner, lo, hi) if b > lo and a < hi else sympy.Integer(lo if b <= lo else hi)
     rebuilt = expr.func(*args)
     if rebuilt.is_Add:
         rebuilt = _fold_div_mod(rebuilt, ranges)
@@ -278,6 +290,20 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class Clamp(sympy.Function):
+    """min(max(a, lo), hi) for integer constants lo <= hi (see the module docstring)."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, lo: sympy.Expr, hi: sympy.Expr) -> sympy.Expr | None:
+        if not (lo.is_Integer and hi.is_Integer and lo <= hi):
+            raise ValueError(f"Clamp needs constant bounds lo <= hi, got {lo}, {hi}")
+        if a.is_Integer:
+            return sympy.Integer(min(max(int(a), int(lo)), int(hi)))
+        return None
+
+
 class IndexPrinter(sympy.printing.str.StrPrinter):
     """Prints an index as Python/Triton integer arithmetic (all operands are non-negative).
 
@@ -293,6 +319,10 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
         return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
+
+    def _print_Clamp(self, expr: Clamp) -> str:
+        a, lo, hi = (self._print(e) for e in expr.args)
+        return f"tl.minimum(tl.maximum({a}, {lo}), {hi})"
 
 
 def pexpr(expr: sympy.Expr) -> str:

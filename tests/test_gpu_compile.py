@@ -4,9 +4,10 @@ The suite runs every kernel in Triton's interpreter, which accepts some code tha
 compiler rejects (and the other way round). Here the kernels of a set of graphs are generated with
 the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, for an sm_90 target
 (an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
-and the ``gdc_wait`` of programmatic dependent launch. A child process does it, so that Triton
-and our helpers are set up for compiled kernels from the start. Skipped where this Triton has no
-NVIDIA backend or no ``ptxas``, and on a machine with a GPU (whose suite runs the kernels).
+the clamped windows of pooling and upsampling, and the ``gdc_wait`` of programmatic dependent
+launch. A child process does it, so that Triton and our helpers are set up for compiled kernels
+from the start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
+with a GPU (whose suite runs the kernels).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from fusebackend import codegen, ir, lowering, scheduler
-from fusebackend.decompositions import decomposition_table
+from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.kernels import runtime
 
 POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64",
@@ -39,6 +40,13 @@ def bn_backward(x, w, b, g):
     x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
     y = torch.relu(torch.nn.functional.batch_norm(x, None, None, w, b, training=True))
     return torch.autograd.grad(y, (x, w, b), g)
+
+
+def resample_backward(x, g):
+    with whole_ops():  # the op whole, its backward op in the graph, as the backend traces it
+        x = x.detach().requires_grad_()
+        y = torch.nn.functional.interpolate(x, size=(10, 13), mode="bilinear", align_corners=True)
+        return torch.autograd.grad(y, (x,), g)
 
 
 torch.manual_seed(0)
@@ -86,6 +94,14 @@ GRAPHS = {
         lambda x, a, b: (torch.gcd(a, b), torch.lcm(b, b + 1), a << b, a >> b, torch.ldexp(x, a.int()),
                          *torch.frexp(x)),
         [torch.randn(1000), torch.randint(-99, 99, (1000,)), torch.randint(-3, 70, (1000,))]),
+    "max pool, padded, with indices": (
+        lambda x: torch.nn.functional.max_pool2d(torch.relu(x), 3, 2, 1, return_indices=True), [x4]),
+    "max pool backward, dilated": (
+        lambda x, g: torch.autograd.grad(torch.nn.functional.max_pool2d(y := x.detach().requires_grad_(), 3, 2, 1,
+                                                                        dilation=2), (y,), g),
+        [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 3, 4)]),
+    "bilinear upsampling backward, clamped windows": (
+        resample_backward, [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 10, 13)]),
 }
 target = GPUTarget("cuda", 90, 32)
 count = 0
