@@ -31,3 +31,9 @@ def _fresh_state():
     fusebackend.dump.clear()
     torch.manual_seed(0)
     yield
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # test_opinfo.py runs a fixed sample of op_db by default; --opinfo=all runs every op.
+    parser.addoption("--opinfo", choices=("sample", "all"), default="sample",
+                     help="OpInfo ops for tests/test_opinfo.py: a fixed sample (default) or all")
