@@ -36,3 +36,6 @@ def _fresh_state():
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--zoo-train", choices=("all", "core"), default="all",
                      help="tests/test_zoo.py: train every zoo model (all, the default) or only TRAIN_SET (core)")
+    # test_opinfo.py runs a fixed sample of op_db by default; --opinfo=all runs every op.
+    parser.addoption("--opinfo", choices=("sample", "all"), default="sample",
+                     help="OpInfo ops for tests/test_opinfo.py: a fixed sample (default) or all")
