@@ -34,6 +34,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils import _pytree as pytree
 import torch._dynamo
 import torch._dynamo.utils
 
@@ -444,10 +445,44 @@ def _run_sample(op: Any, sample: Any, index: int, result: OpResult, warning_line
     problem = compare(actual[0], expected[0], tolerance) or compare(actual[1], expected[1], tolerance, "input")
     if problem is None and tolerance is REDUCTION and compare(actual, expected, TIGHT) is not None:
         result.notes.append(f"sample {index}: within the reduction tolerance only")
+    if problem is not None and tolerance is not None and _no_further_from_float64(op, sample, actual[0], expected[0]):
+        result.notes.append(f"sample {index}: differs from eager, but is no further from a float64 run than twice "
+                            f"eager's distance ({problem})")
+        problem = None
     if problem is not None:
         result.problems.append(f"sample {index}: {problem}")
         return "mismatch"
     return "match"
+
+
+def _no_further_from_float64(op: Any, sample: Any, actual: Any, expected: Any) -> bool:
+    """Whether every floating output is no further from the op run in float64 than twice eager's
+    float32 distance, elementwise, plus fp32's tight tolerance: where eager itself is inexact (a
+    special function near a pole, say), a closer answer is not a wrong one."""
+    widen = lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    try:
+        inputs = pytree.tree_map(widen, clone((sample.input, tuple(sample.args), dict(sample.kwargs))))
+        torch.manual_seed(0)
+        exact = op.op(inputs[0], *inputs[1], **inputs[2])
+    except Exception:
+        return False
+    got, want, ref = pytree.tree_leaves(actual), pytree.tree_leaves(expected), pytree.tree_leaves(exact)
+    if not (len(got) == len(want) == len(ref)):
+        return False
+    rtol, atol = TIGHT
+    for a, e, x in zip(got, want, ref):
+        if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and isinstance(x, torch.Tensor)):
+            continue
+        if not e.is_floating_point() or a.shape != e.shape:
+            return False
+        x = x.double()
+        fuse_err = (a.double() - x).abs().nan_to_num(0.0)
+        eager_err = (e.double() - x).abs().nan_to_num(0.0)
+        if not bool((fuse_err <= 2 * eager_err + atol + rtol * x.abs()).all()):
+            return False
+        if not torch.equal(torch.isnan(a), torch.isnan(e)):
+            return False
+    return True
 
 
 def run_ops(ops: list[Any], device: str = "cpu", samples: int = DEFAULT_SAMPLES,

@@ -158,6 +158,8 @@ class KernelBody:
                     for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
         dims = frozenset().union(*(self.dims_of(a) for a in args))
+        if not dims and expr.name in _COMPARISONS:
+            text = f"th.as_bool({text})"
         return self._emit(text, dims)
 
     def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
@@ -263,6 +265,8 @@ def _affine(expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr 
         return parts[0] if expr.name == "to" else parts[0] + parts[1] if expr.name == "add" else parts[0] - parts[1]
     return None
 
+
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
 
 _ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")
 

@@ -14,6 +14,7 @@ out-of-bounds index never writes outside the tensor.
 from __future__ import annotations
 
 import sympy
+import torch
 
 from fusebackend import ir
 from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
@@ -43,11 +44,13 @@ def generate_scatter(plan: KernelPlan, index: int, pdl: bool = False) -> KernelS
             continue
         p = body.value(position, mapping)
         computed.append((p, stride))
-        checks.append(f"({p} >= 0) & ({p} < {size})")
+        check = f"({p} >= 0) & ({p} < {size})"
+        checks.append(check if body.dims_of(p) else f"th.as_bool({check})")  # see th.as_bool
     offset = body.offset_text(body.index(affine), XDIMS) + "".join(f" + {p} * {stride}" for p, stride in computed)
     mask = body.mask(XDIMS)
     if checks:
-        inside = body._emit(" & ".join(checks), XDIMS)
+        inside = body.broadcast(body._emit(" & ".join(checks), frozenset().union(*(body.dims_of(p) for p, _ in computed))),
+                                torch.bool, "[XBLOCK]", XDIMS)
         body.emit_raw(f'tl.device_assert({inside}{f" | ({mask} == 0)" if mask else ""}, "scatter index out of bounds")')
         mask = inside if mask is None else f"{mask} & {inside}"
     masked = f", {mask}" if mask else ""

@@ -69,6 +69,13 @@ def expm1(x):
 
 
 @triton.jit
+def as_bool(x):
+    # A comparison of scalars (0-dim loads) as a bool tensor: Triton's interpreter otherwise gives
+    # a value it cannot combine with a block (``|``) or use as a mask. Compiled, the OR folds away.
+    return tl.full([], 0, tl.int1) | x
+
+
+@triton.jit
 def combine_sum(a, b):
     return a + b
 
