@@ -209,3 +209,23 @@ def test_attention_training_gradients_match_eager(causal: bool) -> None:
     for t, r in zip((q, k, v), refs):
         torch.testing.assert_close(t.grad, r.grad, atol=1e-5, rtol=1e-5)
     assert fusebackend.metrics.eager_graphs == 0 and kernel_count() >= 1
+
+
+def test_effectful_calls_run_in_order_and_raise_as_eager() -> None:
+    # linalg ops check their results through an effectful call AOTAutograd orders by a token
+    fn = lambda x: torch.linalg.inv(x) * 2  # noqa: E731
+    x = torch.randn(4, 4)
+    x = x @ x.T + 4 * torch.eye(4)
+    compiled = torch.compile(fn, backend="fuse")
+    assert_same(compiled(x), fn(x))
+    assert fusebackend.metrics.eager_graphs == 0 and kernel_count() == 1
+    with pytest.raises(RuntimeError, match="could not be completed"):
+        compiled(torch.zeros(4, 4))  # the check still runs, and raises eager's error
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor", "fmax", "eq"])
+def test_binary_ops_with_a_zero_dim_operand(op: str) -> None:
+    # a comparison of 0-dim loads is a bool tensor, which a block can be combined with
+    fn = getattr(torch, op)
+    check(fn, torch.randn(7), torch.tensor(0.25))
+    check(fn, torch.tensor(0.0), torch.randn(3, 5))

@@ -25,25 +25,9 @@ import torch
 from benchmarks.opinfo_run import OpResult, float32_ops, op_name, run_op
 
 # op -> (the failure it shows, why). Failures: "mismatch", "error" (the compiled call raises),
-# "timeout", "eager_graph" (the backend ran a graph eagerly). Measured on main at 783d399 with two
-# samples per op; `python -m benchmarks.opinfo` prints every cause.
+# "timeout", "eager_graph" (the backend ran a graph eagerly). Measured on main with two samples
+# per op, 2026-11-23; `python -m benchmarks.opinfo` prints every cause.
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {
-    # The graph ends in aten._linalg_check_errors, which AOTAutograd wraps in with_effects (an
-    # effectful call, with a token): the backend has no lowering for it.
-    "linalg.cholesky": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.ldl_factor": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.lu_factor": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.inv": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.solve": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.tensorinv": ("eager_graph", "with_effects around _linalg_check_errors"),
-    "linalg.tensorsolve": ("eager_graph", "with_effects around _linalg_check_errors"),
-    # A generated kernel applies |, & or ^ to operands that are not both integers or booleans;
-    # Triton's interpreter raises (numpy's bitwise ufuncs refuse floats).
-    "clamp_max": ("eager_graph", "bitwise_or on a non-integer operand in a kernel"),
-    "clamp_min": ("eager_graph", "bitwise_or on a non-integer operand in a kernel"),
-    "logical_or": ("eager_graph", "bitwise_or on a non-integer operand in a kernel"),
-    "logical_and": ("eager_graph", "bitwise_and on a non-integer operand in a kernel"),
-    "logical_xor": ("eager_graph", "bitwise_xor on a non-integer operand in a kernel"),
     # A masked load whose pointer is a scalar while its mask is a block (a size-1 or broadcast
     # input read under a block mask).
     "cartesian_prod": ("eager_graph", "masked load of a scalar pointer with a block mask"),

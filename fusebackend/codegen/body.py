@@ -158,7 +158,7 @@ class KernelBody:
                     for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
         dims = frozenset().union(*(self.dims_of(a) for a in args))
-        if not dims and expr.name in _COMPARISONS:
+        if not dims and (expr.name in _COMPARISONS or (expr.name == "to" and expr.dtype == torch.bool)):
             text = f"th.as_bool({text})"
         return self._emit(text, dims)
 

@@ -337,6 +337,18 @@ class GraphLowering:
                         {}, meta, reason=f"not in place: {reason or 'the input is written twice'}")
         return graph
 
+    def _effectful(self, args: Any, kwargs: Any) -> Any:
+        """``with_effects(token, op, *args)``: an op with a side effect (an error check of a
+        linalg result) that AOTAutograd orders by a token. It is an ATen call that no node moves
+        across (as a mutation); the token, a placeholder of no value, passes through."""
+        token, op, *rest = args
+        out_meta = op(*self._to_meta(rest), **self._to_meta(kwargs))
+        before = len(self.nodes)
+        result = self.extern(op, tuple(rest), kwargs, out_meta, reason="an effectful call")
+        assert len(self.nodes) == before + 1
+        self.nodes[-1] = dataclasses.replace(self.nodes[-1], mutates=True)
+        return (token, *result) if isinstance(result, (list, tuple)) else (token, result)
+
     def _record_fx_value(self, node: torch.fx.Node) -> None:
         """Remember which buffers hold this node's results whole (first node to hold one wins:
         a later view of the whole buffer holds the same values)."""
@@ -375,6 +387,8 @@ class GraphLowering:
         if not isinstance(target, torch._ops.OpOverload):
             if target is operator.getitem and isinstance(args[0], (list, tuple)):
                 return args[0][args[1]]
+            if target is torch.ops.higher_order.with_effects:
+                return self._effectful(args, kwargs)
             result = target(*self._to_meta(args), **self._to_meta(kwargs))
             if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
