@@ -229,3 +229,10 @@ def test_binary_ops_with_a_zero_dim_operand(op: str) -> None:
     fn = getattr(torch, op)
     check(fn, torch.randn(7), torch.tensor(0.25))
     check(fn, torch.tensor(0.0), torch.randn(3, 5))
+
+
+def test_masked_gather_of_one_repeated_address() -> None:
+    # cartesian_prod concatenates broadcast columns: a load whose address is the same for every
+    # lane, under a block mask (it once ran its graph eagerly in Triton's interpreter)
+    check(lambda a, b: torch.cartesian_prod(a, b) * 2, torch.randn(3), torch.randn(4))
+    check(lambda a, b: torch.cat([a.expand(5, 1), b], 0) + 1, torch.randn(1, 1), torch.randn(3, 1))

@@ -28,11 +28,6 @@ from benchmarks.opinfo_run import OpResult, float32_ops, op_name, run_op
 # "timeout", "eager_graph" (the backend ran a graph eagerly). Measured on main with two samples
 # per op, 2026-11-23; `python -m benchmarks.opinfo` prints every cause.
 EXPECTED_FAILURES: dict[str, tuple[str, str]] = {
-    # A masked load whose pointer is a scalar while its mask is a block (a size-1 or broadcast
-    # input read under a block mask).
-    "cartesian_prod": ("eager_graph", "masked load of a scalar pointer with a block mask"),
-    "gradient": ("eager_graph", "masked load of a scalar pointer with a block mask"),
-    "linalg.vander": ("eager_graph", "masked load of a scalar pointer with a block mask"),
     # Data-dependent output shape: a bound is given as a tensor and read with .item(), which
     # AOTAutograd cannot trace (DataDependentOutputException).
     "narrow": ("eager_graph", "data-dependent output shape (start given as a tensor)"),

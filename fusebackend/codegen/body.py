@@ -211,6 +211,9 @@ class KernelBody:
         if affine is not None:  # a cat's position: the load's address is known, for tiling
             self.load_offsets.append((view.buffer, offset + affine * view.strides[expr.dim]))
         address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}) + {position} * {view.strides[expr.dim]}"
+        spread = self.index_dims(offset) | self.dims_of(position)
+        for d in sorted(dims - spread):  # a block mask needs a block of pointers (one address, repeated)
+            address += f" + {self.x_zero}" if d == "x" else " + 0 * rindex"
         if mask is None:
             return self._emit(f"tl.load({address})", dims)
         return self._emit(f"tl.load({address}, {mask}, other=0)", dims)
