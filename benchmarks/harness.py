@@ -197,13 +197,16 @@ class RunConfig:
     copy_nbytes: int = 1 << 30
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line of at most ``limit`` characters (and an ellipsis)."""
     text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."
 
 
 @contextlib.contextmanager
-def _recording_warnings(into: list[str]) -> Iterator[None]:
+def recording_warnings(into: list[str], prefix: str = "", limit: int | None = None) -> Iterator[None]:
+    """Append each distinct warning raised inside the block (those starting with ``prefix``, cut
+    to ``limit`` characters) to ``into``, one line each."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -211,8 +214,8 @@ def _recording_warnings(into: list[str]) -> Iterator[None]:
         finally:
             for w in caught:
                 text = str(w.message).strip().replace("\n", " ")
-                if text not in into:
-                    into.append(text)
+                if text.startswith(prefix) and text not in into:
+                    into.append(text if limit is None else text[:limit])
 
 
 def _reset_backends() -> None:
@@ -267,7 +270,7 @@ def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: 
     device, result = config.device, VariantResult(name, "ok")
     ref_a, ref_b = references if references is not None else (None, None)
     compiler = COMPILERS[name]
-    with _recording_warnings(result.warnings):
+    with recording_warnings(result.warnings):
         try:
             _reset_backends()
             step = work.build(compiler)
@@ -294,7 +297,7 @@ def run_variant(name: str, work: Workload, inputs_a: tuple[Any, ...], inputs_b: 
             result.notes.append(str(exc))
         except Exception as exc:  # a backend that raises is reported; the other variants still run
             result.status = "error"
-            result.notes.append(_short(exc))
+            result.notes.append(short_error(exc))
     if name == "fuse":
         for text in result.warnings:
             if text.startswith("fusebackend"):
@@ -312,7 +315,7 @@ def run_case(case: Case, config: RunConfig, unavailable: dict[str, str]) -> Case
     try:
         _measure(case, config, unavailable, result)
     except Exception as exc:
-        result.error = _short(exc)
+        result.error = short_error(exc)
     finally:
         torch._dynamo.reset()
         free_memory(config.device)
@@ -403,7 +406,7 @@ def run_suite(suite: str, cases: Sequence[Case], config: RunConfig,
         copy = copy_bandwidth(device, config.copy_nbytes, config.timing)
         log(f"copy bandwidth: {copy.bytes_per_s / 1e9:.1f} GB/s ({copy.nbytes / 2**20:.0f} MiB copied in {copy.median_ms:.3f} ms)")
     except Exception as exc:
-        log(f"copy bandwidth: not measured ({_short(exc)})")
+        log(f"copy bandwidth: not measured ({short_error(exc)})")
     free_memory(device)
     startup: dict[str, float | str] = {}
     unavailable: dict[str, str] = {}
@@ -416,7 +419,7 @@ def run_suite(suite: str, cases: Sequence[Case], config: RunConfig,
                 startup[name] = _prime(name, device)
             log(f"{name}: start-up compile {startup[name]:.1f} s")
         except Exception as exc:
-            startup[name] = f"start-up compile failed: {_short(exc, 200)}"
+            startup[name] = f"start-up compile failed: {short_error(exc, 200)}"
             log(f"{name}: {startup[name]}")
             if name == "inductor":  # cannot run here (no compiler, no Triton for this device)
                 unavailable[name] = startup[name]

@@ -26,18 +26,17 @@ others run; results are written after every model to ``zoo[_tiny][_train].json``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import os
 import time
 import traceback
-import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 import fusebackend
+from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
 from benchmarks.zoo.compare import output_error, relative_error
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
@@ -104,22 +103,6 @@ class RunOptions:
     timing: TimingConfig
 
 
-def _short(exc: BaseException, limit: int = 400) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-@contextlib.contextmanager
-def _recording_warnings(into: list[str]) -> Iterator[None]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for w in caught:
-                text = str(w.message).strip().replace("\n", " ")
-                if text.startswith("fusebackend") and text not in into:
-                    into.append(text[:300])
 
 
 def _reset() -> None:
@@ -224,7 +207,7 @@ def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print
                 row.variants.append(_run_variant(variant, built, make_step, expected, options))
                 _free(options.device)
     except Exception as exc:
-        row.status, row.message = "ERROR", _short(exc)
+        row.status, row.message = "ERROR", short_error(exc)
         log(traceback.format_exc(limit=-3))
     finally:
         del built
@@ -238,7 +221,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                  expected: Any, options: RunOptions) -> VariantStats:
     stats = VariantStats(variant)
     notes: list[str] = []
-    with _recording_warnings(notes):
+    with recording_warnings(notes, prefix="fusebackend", limit=300):
         try:
             _reset()
             step = make_step(built, _compiler(variant)(built.model))
@@ -256,7 +239,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             stats.median_ms = median_ms(step, options.device, options.timing)
         except Exception as exc:
             stats.status = "error"
-            notes.insert(0, _short(exc))
+            notes.insert(0, short_error(exc))
     stats.message = " | ".join(notes)
     return stats
 
