@@ -31,7 +31,7 @@ import gc
 import os
 import time
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
