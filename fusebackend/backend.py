@@ -5,7 +5,9 @@ forward and backward graphs (functionalized, decomposed with ``decompositions.py
 to a ``FusedGraph``. A FusedGraph compiles lazily, on the first call with each input signature
 (shapes, strides, dtypes, devices, and the values of int arguments), so dynamic shapes become a
 set of static specializations. If compiling a graph fails, or its first run raises, that graph
-runs eagerly from then on, after one warning that names the error: never a wrong answer.
+runs eagerly from then on, after one warning that names the error: never a wrong answer. Unless
+eager raises too on those inputs (an index out of range, which a generated kernel asserts against
+as eager checks it): then eager's error propagates and the graph stays compiled.
 """
 
 from __future__ import annotations
@@ -101,8 +103,11 @@ class FusedGraph:
         except Exception as exc:
             if self.mutates:
                 raise  # inputs may already be changed: a rerun could be wrong
-            entry = self._fall_back(key, "running", exc)
-            return entry.call(saved)
+            # Eager raises too (an index out of range, say): the inputs are at fault, not the
+            # compiled graph, which stays compiled, unproven; eager's error reaches the caller.
+            out = self._eager(saved)
+            self._fall_back(key, "running", exc)
+            return out
         entry.proven = True
         return out
 

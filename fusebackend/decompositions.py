@@ -32,6 +32,10 @@ _EXTRA = [
 ]
 
 _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}
+# Lowered as index arithmetic (lowering/views.py), so that they fuse with their producers too:
+# their decompositions gather through index tensors computed with arange.
+_KEEP |= {aten.roll, aten.select_scatter, aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d,
+          aten.replication_pad1d, aten.replication_pad2d, aten.replication_pad3d}
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,10 @@ from loop variables (non-negative integer symbols with known ranges), integer co
 ``*`` by constants, and two functions defined here:
 
 - ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``;
-- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``.
+- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``;
+- ``Clamp(a, lo, hi)``: ``a`` limited to [lo, hi] for integer constants ``lo <= hi``: the index
+  of a pad's or a scatter's source, kept in range where the element lies outside the source (the
+  value loaded there is not used, and no address outside the source is formed).
 
 Reshapes and inlined producers introduce them; ``simplify(expr, ranges)`` removes what the
 variable ranges make redundant (a FloorDiv of something smaller than its divisor is 0) and folds
@@ -83,6 +86,23 @@ class ModIdx(sympy.Function):
         return None
 
 
+class Clamp(sympy.Function):
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, lo: sympy.Expr, hi: sympy.Expr) -> sympy.Expr | None:
+        if not (lo.is_Integer and hi.is_Integer and lo <= hi):
+            raise ValueError(f"Clamp needs constant bounds lo <= hi, got {lo}, {hi}")
+        if lo == hi:
+            return lo
+        if a.is_Integer:
+            return sympy.Integer(min(max(int(a), int(lo)), int(hi)))
+        return None
+
+    def _eval_is_nonnegative(self) -> bool | None:
+        return True if self.args[1] >= 0 else None
+
+
 def _split_multiples(expr: sympy.Expr, b: int) -> tuple[sympy.Expr, sympy.Expr]:
     """Split a sum into (the terms divisible by b, divided by b) and the remaining terms."""
     whole: sympy.Expr = sympy.Integer(0)
@@ -127,6 +147,10 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
         if a >= 0 and b < d:
             return a, b
         return 0, d - 1
+    if isinstance(expr, Clamp):
+        a, b = bounds(expr.args[0], ranges)
+        lo, hi = int(expr.args[1]), int(expr.args[2])
+        return min(max(a, lo), hi), min(max(b, lo), hi)
     raise TypeError(f"unsupported index expression {expr!r}")
 
 
@@ -156,6 +180,14 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
             big, small, c = split
             return c * simplify(ModIdx(big, d // c), ranges) + small
         return ModIdx(inner, d)
+    if isinstance(expr, Clamp):
+        inner, lo, hi = args[0], int(args[1]), int(args[2])
+        a, b = bounds(inner, ranges)
+        if lo <= a and b <= hi:
+            return inner
+        if b <= lo or a >= hi:  # always clamped to the same bound
+            return sympy.Integer(lo if b <= lo else hi)
+        return Clamp(inner, lo, hi)
     rebuilt = expr.func(*args)
     if rebuilt.is_Add:
         rebuilt = _fold_div_mod(rebuilt, ranges)
@@ -293,6 +325,11 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
         return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
+
+    def _print_Clamp(self, expr: Clamp) -> str:
+        # Triton builtins; a Clamp of constants never reaches the printer (``Clamp.eval`` folds it)
+        a, lo, hi = (self._print(e) for e in expr.args)
+        return f"tl.minimum(tl.maximum({a}, {lo}), {hi})"
 
 
 def pexpr(expr: sympy.Expr) -> str:

@@ -2,6 +2,8 @@
 
 from fusebackend.lowering import pointwise as _pointwise  # noqa: F401  (registers lowerings)
 from fusebackend.lowering import reductions as _reductions  # noqa: F401
+from fusebackend.lowering import gathers as _gathers  # noqa: F401
+from fusebackend.lowering import views as _views  # noqa: F401
 from fusebackend.lowering.graph import lower
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported
 
