@@ -12,6 +12,8 @@ eager. A forward or inference graph hands the call back (``RunDynamoGraph``) to 
 ``fuse`` returned, which then runs the graph Dynamo gave us, with the original, undecomposed ops:
 exactly what eager runs. A backward graph has no such graph to return to and runs AOTAutograd's
 decomposed backward graph op by op.
+But where eager raises too on a first run's inputs (an index out of range, which a generated
+kernel asserts against as eager checks it), eager's error propagates and the graph stays compiled.
 """
 
 from __future__ import annotations
@@ -117,8 +119,11 @@ class FusedGraph:
         except Exception as exc:
             if self.mutates:
                 raise  # inputs may already be changed: a rerun could be wrong
-            entry = self._fall_back(key, "running", exc)
-            return entry.call(saved)
+            # Eager raises too (an index out of range, say): the inputs are at fault, not the
+            # compiled graph, which stays compiled, unproven; eager's error reaches the caller.
+            out = self._eager(saved)
+            self._fall_back(key, "running", exc)
+            return out
         entry.proven = True
         return out
 

@@ -38,6 +38,10 @@ _EXTRA = [
 ]
 
 _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}
+# Lowered as index arithmetic (lowering/views.py), so that they fuse with their producers too:
+# their decompositions gather through index tensors computed with arange.
+_KEEP |= {aten.roll, aten.select_scatter, aten.reflection_pad1d, aten.reflection_pad2d, aten.reflection_pad3d,
+          aten.replication_pad1d, aten.replication_pad2d, aten.replication_pad3d}
 
 # Decompositions that give wrong answers here. The CPU flash attention's returns the attention
 # probabilities (b, h, s, s) where ATen returns the log-sum-exp (b, h, s), and its output in

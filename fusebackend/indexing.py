@@ -6,8 +6,10 @@ from loop variables (non-negative integer symbols with known ranges), integer co
 
 - ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``;
 - ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``;
-- ``Clamp(a, lo, hi)``: min(max(a, lo), hi) for integer constants ``lo <= hi``: a window that
-  reaches past an edge (pooling's padding) reads the edge element, and a mask discards it.
+- ``Clamp(a, lo, hi)``: ``a`` limited to [lo, hi] for integer constants ``lo <= hi``: a pooling
+  window that reaches past an edge reads the edge element, and a pad's or a scatter's source index
+  stays in range where the element lies outside the source; a mask discards what is read there,
+  and no address outside the source is formed.
 
 Reshapes and inlined producers introduce them; ``simplify(expr, ranges)`` removes what the
 variable ranges make redundant (a FloorDiv of something smaller than its divisor is 0) and folds
@@ -83,6 +85,23 @@ class ModIdx(sympy.Function):
             if coeff.is_Integer and int(coeff) % int(b) == 0:
                 return sympy.Integer(0)
         return None
+
+
+class Clamp(sympy.Function):
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a: sympy.Expr, lo: sympy.Expr, hi: sympy.Expr) -> sympy.Expr | None:
+        if not (lo.is_Integer and hi.is_Integer and lo <= hi):
+            raise ValueError(f"Clamp needs constant bounds lo <= hi, got {lo}, {hi}")
+        if lo == hi:
+            return lo
+        if a.is_Integer:
+            return sympy.Integer(min(max(int(a), int(lo)), int(hi)))
+        return None
+
+    def _eval_is_nonnegative(self) -> bool | None:
+        return True if self.args[1] >= 0 else None
 
 
 def _split_multiples(expr: sympy.Expr, b: int) -> tuple[sympy.Expr, sympy.Expr]:
@@ -165,9 +184,11 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     if isinstance(expr, Clamp):
         inner, lo, hi = args[0], int(args[1]), int(args[2])
         a, b = bounds(inner, ranges)
-        if a >= lo and b <= hi:
+        if lo <= a and b <= hi:
             return inner
-        return Clamp(inner, lo, hi) if b > lo and a < hi else sympy.Integer(lo if b <= lo else hi)
+        if b <= lo or a >= hi:  # always clamped to the same bound
+            return sympy.Integer(lo if b <= lo else hi)
+        return Clamp(inner, lo, hi)
     rebuilt = expr.func(*args)
     if rebuilt.is_Add:
         rebuilt = _fold_div_mod(rebuilt, ranges)
@@ -290,20 +311,6 @@ def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-class Clamp(sympy.Function):
-    """min(max(a, lo), hi) for integer constants lo <= hi (see the module docstring)."""
-
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a: sympy.Expr, lo: sympy.Expr, hi: sympy.Expr) -> sympy.Expr | None:
-        if not (lo.is_Integer and hi.is_Integer and lo <= hi):
-            raise ValueError(f"Clamp needs constant bounds lo <= hi, got {lo}, {hi}")
-        if a.is_Integer:
-            return sympy.Integer(min(max(int(a), int(lo)), int(hi)))
-        return None
-
-
 class IndexPrinter(sympy.printing.str.StrPrinter):
     """Prints an index as Python/Triton integer arithmetic (all operands are non-negative).
 
@@ -321,6 +328,7 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
         return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
 
     def _print_Clamp(self, expr: Clamp) -> str:
+        # Triton builtins; a Clamp of constants never reaches the printer (``Clamp.eval`` folds it)
         a, lo, hi = (self._print(e) for e in expr.args)
         return f"tl.minimum(tl.maximum({a}, {lo}), {hi})"
 

@@ -153,12 +153,20 @@ class Load:
 
 @dataclasses.dataclass(frozen=True)
 class IndirectLoad:
-    """A load whose index along ``dim`` is a value computed at run time (gather, cat).
+    """A load whose index along ``dim`` is a value computed at run time (gather, cat, embedding).
 
     ``index`` has one entry per view dim; the entry at ``dim`` is unused. ``position`` is an
-    integer expression that must lie in [0, size of ``dim``) wherever the load happens. With
-    ``valid`` (a bool expression) it happens only where that is true and gives 0 elsewhere, and
-    reads no memory there: a concatenation reads each element from one of its inputs only.
+    integer expression, the index along ``dim``. ``more`` holds further ``(dim, position)``
+    pairs, for advanced indexing with several index tensors (``x[i, :, j]``); their entries of
+    ``index`` are unused too. With ``valid`` (a bool expression) the load happens only where that
+    is true and gives 0 elsewhere, and reads no memory there: a concatenation reads each element
+    from one of its inputs only.
+
+    ``checked``: the positions come from data (an index tensor) and may lie outside
+    [0, size of their dim). The kernel then asserts that they do not (eager raises an index
+    error; a device-side assert on the GPU) and reads no memory where they do. It is False
+    where the positions are proven in range: computed from the loop index (cat) or from values
+    whose range is known (``lowering/index_bounds.py``).
     """
 
     view: View
@@ -166,10 +174,17 @@ class IndirectLoad:
     dim: int
     position: "Expr"
     valid: "Expr | None" = None
+    more: tuple[tuple[int, "Expr"], ...] = ()
+    checked: bool = True
 
     @property
     def dtype(self) -> torch.dtype:
         return self.view.dtype
+
+    @property
+    def positions(self) -> tuple[tuple[int, "Expr"], ...]:
+        """Every (dim, position) pair the load indexes at run time."""
+        return ((self.dim, self.position),) + self.more
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,7 +317,8 @@ def walk(expr: Expr) -> Iterator[Expr]:
         for a in expr.args:
             yield from walk(a)
     elif isinstance(expr, IndirectLoad):
-        yield from walk(expr.position)
+        for _, position in expr.positions:
+            yield from walk(position)
         if expr.valid is not None:
             yield from walk(expr.valid)
 
@@ -320,7 +336,8 @@ def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         return Op(expr.name, new_args, expr.dtype)
     if isinstance(expr, IndirectLoad):
         valid = None if expr.valid is None else map_expr(expr.valid, fn)
-        expr = dataclasses.replace(expr, position=map_expr(expr.position, fn), valid=valid)
+        more = tuple((d, map_expr(p, fn)) for d, p in expr.more)
+        expr = dataclasses.replace(expr, position=map_expr(expr.position, fn), valid=valid, more=more)
     replaced = fn(expr)
     return expr if replaced is None else replaced
 
@@ -346,9 +363,11 @@ def format_expr(expr: Expr) -> str:
         return f"{expr.view}[{idx}]"
     if isinstance(expr, IndirectLoad):
         idx = [indexing.pexpr(i) for i in expr.index]
-        idx[expr.dim] = format_expr(expr.position)
+        for d, position in expr.positions:
+            idx[d] = format_expr(position)
         guard = "" if expr.valid is None else f" if {format_expr(expr.valid)}"
-        return f"{expr.view}[{', '.join(idx)}]{guard}"
+        check = " (checked)" if expr.checked else ""
+        return f"{expr.view}[{', '.join(idx)}]{guard}{check}"
     if isinstance(expr, Constant):
         return repr(expr.value)
     if isinstance(expr, IndexValue):
@@ -683,6 +702,14 @@ def verify(graph: IRGraph) -> None:
                     for i in e.index:
                         free = sympy.sympify(i).free_symbols
                         assert free <= allowed, f"{node.name}: index uses unknown vars {free - allowed}"
+                if isinstance(e, IndirectLoad):
+                    dims = [d for d, _ in e.positions]
+                    assert len(set(dims)) == len(dims) and all(0 <= d < len(e.view.sizes) for d in dims), (
+                        f"{node.name}: gather dims {dims} of a rank-{len(e.view.sizes)} view"
+                    )
+                    assert all(not p.dtype.is_floating_point and p.dtype != torch.bool for _, p in e.positions), (
+                        f"{node.name}: a gather position is not an integer"
+                    )
                 if isinstance(e, Op) and e.name in ("add", "sub", "mul", "maximum", "minimum"):
                     assert all(a.dtype == e.dtype for a in e.args), f"{node.name}: mixed dtypes in {e.name}"
                 if isinstance(e, Op) and e.name == "where":

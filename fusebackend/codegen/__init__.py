@@ -9,6 +9,7 @@ from fusebackend.codegen.reduction import generate_reduction
 from fusebackend.codegen.scan import generate_scan
 from fusebackend.codegen.scatter import generate_scatter
 from fusebackend.codegen.wrapper import WrapperSource, generate_wrapper
+from fusebackend.kernels import runtime
 from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
@@ -30,6 +31,8 @@ def generate(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
         source = generate_pointwise(plan, index, pdl)
     if pdl:
         source = dataclasses.replace(source, launch={**source.launch, "launch_pdl": True})
+    if source.asserts:  # Triton keeps device asserts only in kernels compiled for debugging
+        source = dataclasses.replace(source, launch={**source.launch, **runtime.ASSERT_OPTIONS})
     return source
 
 

@@ -40,6 +40,7 @@ class KernelSource:
     grid: int
     launch: dict[str, int]  # constexpr block sizes and num_warps
     plan: KernelPlan
+    asserts: bool = False  # it asserts (a checked gather): launched with runtime.ASSERT_OPTIONS
 
 
 @dataclasses.dataclass
@@ -65,6 +66,7 @@ class KernelBody:
         self.x_symbols = frozenset({X})  # what "varies along x" means: a tiled kernel has three
         self.x_zero = "0 * xindex"  # broadcasts a store offset that does not vary along x
         self.load_offsets: list[tuple[ir.Buffer, sympy.Expr]] = []  # memory loads, for tiling
+        self.asserts = False  # whether the kernel asserts (checked gathers): compiled in debug mode
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -193,30 +195,73 @@ class KernelBody:
         return None
 
     def indirect_load(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        """A gather: the address adds each run-time position times its dim's stride.
+
+        A load with ``valid`` reads nothing where that is false. A ``checked`` load asserts that
+        its positions are in range wherever it happens (``tl.device_assert``: Triton keeps it in
+        kernels compiled in debug mode, which ``asserts`` asks the launch for) and reads nothing
+        where they are not, so that no address outside the tensor is read with asserts off.
+        """
         view = expr.view
         assert view.buffer.name not in self.producers, "gathers read from memory"
-        idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
+        gathered = {d for d, _ in expr.positions}
+        idx = [sympy.Integer(0) if d in gathered else sympy.sympify(i).xreplace(subst) for d, i in enumerate(expr.index)]
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
-        # the gathered position is at most size-1 along its dim (eager checks this)
-        self.max_offset = max(self.max_offset, indexing.bounds(offset, self.ranges)[1]
-                              + (view.sizes[expr.dim] - 1) * view.strides[expr.dim])
-        position = self.value(expr.position, subst)
-        dims = self.index_dims(offset) | self.dims_of(position)
+        # every position is at most size-1 along its dim (checked, or proven)
+        reach = sum((view.sizes[d] - 1) * view.strides[d] for d in gathered)
+        self.max_offset = max(self.max_offset, indexing.bounds(offset, self.ranges)[1] + reach)
+        dims = self.index_dims(offset)
+        rendered = [(d, self.value(position, subst)) for d, position in expr.positions]
+        dims = dims.union(*(self.dims_of(pos) for _, pos in rendered))
         mask = self.mask(dims)
         if expr.valid is not None:  # lanes outside it read nothing (and may point anywhere)
             valid = self.value(expr.valid, subst)
             dims |= self.dims_of(valid)
             mask = valid if mask is None else f"{valid} & {mask}"
-        affine = _affine(expr.position, subst)
-        if affine is not None:  # a cat's position: the load's address is known, for tiling
-            self.load_offsets.append((view.buffer, offset + affine * view.strides[expr.dim]))
-        address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}) + {position} * {view.strides[expr.dim]}"
-        spread = self.index_dims(offset) | self.dims_of(position)
+        checks = [self._in_range(pos, view.sizes[d], dims) for d, pos in rendered if expr.checked]
+        checks = [c for c in checks if c is not None]
+        if checks:
+            ok = checks[0] if len(checks) == 1 else self._emit(" & ".join(f"({c})" for c in checks), dims)
+            where = "" if mask is None else f" | ~({mask})"
+            self._statement(f'tl.device_assert({ok}{where}, "index out of bounds: a gather from '
+                            f'{view.buffer.name} of sizes {list(view.sizes)}")')
+            self.asserts = True
+            mask = ok if mask is None else f"{ok} & {mask}"
+        terms = "".join(f" + {pos}" if view.strides[d] == 1 else f" + {pos} * {view.strides[d]}" for d, pos in rendered)
+        affine = [_affine(p, subst) for _, p in expr.positions]
+        if all(a is not None for a in affine):  # a cat's position: the load's address is known, for tiling
+            moved = sum((a * view.strides[d] for a, (d, _) in zip(affine, expr.positions)), sympy.Integer(0))
+            self.load_offsets.append((view.buffer, offset + moved))
+        address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}){terms}"
+        spread = self.index_dims(offset).union(*(self.dims_of(pos) for _, pos in rendered))
         for d in sorted(dims - spread):  # a block mask needs a block of pointers (one address, repeated)
             address += f" + {self.x_zero}" if d == "x" else " + 0 * rindex"
         if mask is None:
             return self._emit(f"tl.load({address})", dims)
-        return self._emit(f"tl.load({address}, {mask}, other=0)", dims)
+        other = ", other=0" if view.dtype != torch.bool else ""
+        return self._emit(f"tl.load({address}, {mask}{other})", dims)
+
+    def _in_range(self, pos: str, size: int, dims: frozenset[str]) -> str | None:
+        """``0 <= pos < size`` as a block varying along ``dims`` (a load's mask must have the
+        load's shape, and Triton's interpreter fails to splat a condition on a loaded scalar, so
+        the position is broadcast first); None for a literal position, checked now."""
+        if pos not in self.dims:
+            if not 0 <= int(pos) < size:
+                raise ValueError(f"a gather at {pos} along a dim of {size}")
+            return None
+        spread = [f" + {self.x_zero}" if d == "x" else " + 0 * rindex" for d in ("x", "r")
+                  if d in dims and d not in self.dims_of(pos)]
+        if spread:
+            pos = self._emit(pos + "".join(spread), dims)
+        return self._emit(f"(0 <= {pos}) & ({pos} < {size})", self.dims_of(pos))
+
+    def _statement(self, text: str) -> None:
+        """Emit a statement with no value (an assert) once per scope chain, as ``_emit`` would."""
+        for scope in reversed(self.scopes):
+            if text in scope.cse:
+                return
+        self.scopes[-1].cse[text] = ""
+        self.scopes[-1].lines.append(text)
 
     def offset_text(self, offset: sympy.Expr, dims: frozenset[str]) -> str:
         """An offset for a store over ``dims``: broadcast when it is the same for every lane."""

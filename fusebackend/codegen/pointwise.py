@@ -102,7 +102,8 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool) -> tuple[KernelSourc
         for ptr, offset, value in stores:
             w.line(f"tl.store({ptr} + ({offset}), {value}" + (f", {mask})" if mask else ")"))
     grid = runtime.cdiv(numel, launch["XBLOCK"])
-    source = KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan)
+    source = KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
+                          body.asserts)
     return source, body
 
 
@@ -174,4 +175,5 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
         for ptr, offset, value in stores:
             w.line(f"tl.store({ptr} + ({offset}), {value})")
     grid = numel // (launch["XBLOCK"] * launch["YBLOCK"])
-    return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan)
+    return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
+                        body.asserts)

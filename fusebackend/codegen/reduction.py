@@ -204,7 +204,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
         w.lines(body.lines)
     grid = runtime.cdiv(xnumel, launch["XBLOCK"])
     args = tuple(body.inputs) + tuple(outputs)
-    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan)
+    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan, body.asserts)
 
 
 def _pass_eviction(number: int, passes: int) -> str:

@@ -9,6 +9,7 @@ so a kernel shared by two graphs or two shape specializations is loaded and comp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -96,7 +97,14 @@ def load_kernel(name: str, source: str) -> Any:
 
 
 # Entries of a kernel's launch dict that are Triton compile options, not constexpr parameters.
-COMPILE_OPTIONS = ("num_warps", "num_stages", "launch_pdl")
+COMPILE_OPTIONS = ("num_warps", "num_stages", "launch_pdl", "debug", "sanitize_overflow")
+
+# The compile options of a kernel that asserts (a gather that checks its indices). Triton drops
+# ``tl.device_assert`` unless the kernel is compiled with ``debug`` (Triton 3.6 and 3.9 alike);
+# debug alone would also check every int32 add, sub and mul for overflow, which
+# ``sanitize_overflow`` turns off. In the interpreter, which takes no compile options, the
+# Launcher switches its asserts on around the launch (``_interpreter_asserts``).
+ASSERT_OPTIONS = {"debug": True, "sanitize_overflow": False}
 
 
 def use_pdl(device: torch.device) -> bool:
@@ -160,11 +168,30 @@ class Launcher:
             if [addresses[i] % 16 == 0 for i in self.pointers] == self.alignment:
                 self.direct(args, addresses)
                 return
+        if self.launch.get("debug") and use_interpreter():
+            with _interpreter_asserts():
+                self.kernel[self.grid](*args, **self.launch)
+            return
         compiled = self.kernel[self.grid](*args, **self.launch)
         if not use_interpreter() and hasattr(compiled, "__getitem__"):
             self.pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
             self.alignment = [args[i].data_ptr() % 16 == 0 for i in self.pointers]
             self.direct = direct_launch(compiled, self.grid, self.constexprs)
+
+
+@contextlib.contextmanager
+def _interpreter_asserts() -> Iterator[None]:
+    """Triton's interpreter runs ``tl.device_assert`` only when its builder's options say debug
+    (one module-level builder in Triton 3.6 and 3.9): on for one launch, overflow checks off."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    saved = builder.options
+    builder.options = dataclasses.replace(saved, debug=True, sanitize_overflow=False)
+    try:
+        yield
+    finally:
+        builder.options = saved
 
 
 def _current_stream() -> int:

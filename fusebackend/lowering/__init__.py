@@ -8,6 +8,8 @@ from fusebackend.lowering import scatters as _scatters  # noqa: F401
 from fusebackend.lowering import math_ops as _math_ops  # noqa: F401
 from fusebackend.lowering import pooling as _pooling  # noqa: F401
 from fusebackend.lowering import upsampling as _upsampling  # noqa: F401
+from fusebackend.lowering import gathers as _gathers  # noqa: F401
+from fusebackend.lowering import views as _views  # noqa: F401
 from fusebackend.lowering.graph import lower
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported
 

@@ -41,6 +41,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics
+from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_reason
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
 
@@ -691,5 +692,5 @@ class GraphLowering:
 def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> tuple[ir.IRGraph, list[int]]:
     """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device."""
     lowering = GraphLowering(gm, args, name)
-    graph = lowering.run()
+    graph = prove_positions(lowering.run())  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs

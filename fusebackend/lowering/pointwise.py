@@ -495,18 +495,6 @@ def arange(
     return value
 
 
-@register_pointwise(aten.gather.default)
-def gather(ctx: LoweringContext, self: Any, dim: int, index: Any, sparse_grad: bool = False) -> Expr:
-    view = self.view
-    rank = len(view.sizes)
-    if rank == 0 or len(index.sizes) != rank:
-        raise Unsupported("gather of a 0-dim tensor")
-    dim = dim % rank
-    idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
-    position = cast(ctx.load(index), torch.int64)
-    return ir.IndirectLoad(view, idx, dim, position)
-
-
 @register_pointwise(aten.cat.default)
 def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     """Each output element is read from the one input its position along ``dim`` falls in.
@@ -543,7 +531,8 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
         position: Expr = here if start == 0 else op("sub", here, Constant(start, index_dtype))
         if size == 1:
             position = Constant(0, index_dtype)
-        values.append((end, cast(ir.IndirectLoad(t.view, idx, dim, position, valid), dt)))
+        # in range where valid: computed from the loop index, not data (nothing to check)
+        values.append((end, cast(ir.IndirectLoad(t.view, idx, dim, position, valid, checked=False), dt)))
         start = end
     # select, not add: a masked-off load is 0, and 0 + -0.0 would lose the sign of a zero
     body = values[-1][1]

@@ -8,8 +8,9 @@ For a group G of nodes that becomes one kernel:
 
 where read_bytes(B, G) = min(B.nbytes, sum over the distinct views of B that G loads of
 elements touched x itemsize); a broadcast view counts its distinct elements once, since a
-broadcast read is served from cache, and a gather (indirect load) one element per element of the
-node that gathers. A buffer written and read only inside G costs nothing: it
+broadcast read is served from cache, and a gather (indirect load) one element per evaluation of
+the body that gathers (per element, and per reduced position of a reduction), at most its view's
+elements. A buffer written and read only inside G costs nothing: it
 is never written to memory. A scatter reads no part of the target it writes into (the copy that
 precedes it, whose write counts in full) and writes one element per value it scatters.
 
@@ -73,8 +74,8 @@ class TrafficModel:
             if isinstance(node, ir.Extern):
                 accesses = [(v, v.distinct_elements()) for v in node.reads()]
             else:
-                # a gather reads one element per element of its node (of a scatter: per value)
-                per = node.numel if isinstance(node, ir.Scatter) else node.buffer.numel
+                # a gather reads one element per evaluation of its body (of a scatter: per value)
+                per = node.numel if isinstance(node, ir.Scatter) else _evaluations(node)
                 accesses = [
                     (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, per))
                     for ld in ir.node_loads(node)
@@ -109,6 +110,13 @@ class TrafficModel:
     def bytes_saved(self, a: Iterable[str], b: Iterable[str]) -> int:
         a, b = list(a), list(b)
         return sum(self.traffic(a)) + sum(self.traffic(b)) - sum(self.traffic(a + b))
+
+
+def _evaluations(node: ir.Pointwise | ir.Reduction) -> int:
+    """How many times a node evaluates its body: once per element, and per reduced position."""
+    if isinstance(node, ir.Reduction):
+        return node.buffer.numel * node.reduction_numel
+    return node.buffer.numel
 
 
 def graph_floor(graph: ir.IRGraph, readers: Mapping[str, set[str]]) -> int:

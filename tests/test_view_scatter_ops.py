@@ -1,0 +1,227 @@
+"""Pads, flips, repeats, rolls and scatters into views (``lowering/views.py``) as generated
+kernels: each op against eager over dtypes, odd and tiny shapes, non-contiguous inputs and
+negative dims and pads, with no ATen fallback; fusion with producers and consumers by kernel
+count; and the generated source (clamped, never out-of-range, source indices; no gathers)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusebackend
+from helpers import check, check_lowered, kernel_count, kernels
+
+f32, bf16, i64, b1 = torch.float32, torch.bfloat16, torch.int64, torch.bool
+DTYPES = [f32, bf16, i64]
+
+
+def make(shape: tuple[int, ...], dtype: torch.dtype = f32, layout: str = "contiguous") -> torch.Tensor:
+    """Fresh random values of ``shape`` in ``dtype``, laid out contiguously, transposed (the
+    last two dims swapped in memory) or as a strided slice of a larger tensor."""
+    def values(s: tuple[int, ...]) -> torch.Tensor:
+        if dtype == b1:
+            return torch.rand(s) > 0.5
+        if dtype == i64:
+            return torch.randint(-100, 100, s)
+        return torch.randn(s).to(dtype)
+
+    if layout == "transposed":
+        return values(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
+    if layout == "sliced":
+        return values(shape[:-1] + (2 * shape[-1] + 1,))[..., 1::2]
+    return values(shape)
+
+
+def lowered(fn: Callable[..., Any], *args: Any, kernels_expected: int | None = 1) -> str:
+    """``check_lowered``, the kernel count, and the generated source (no gather in it: views
+    read their inputs at computed indices, never through loaded positions)."""
+    check_lowered(fn, *args)
+    if kernels_expected is not None:
+        assert kernel_count() == kernels_expected
+    source = "\n".join(kernels().values())
+    assert "device_assert" not in source
+    return source
+
+
+LAYOUTS = ["contiguous", "transposed", "sliced"]
+
+# ------------------------------------------------------------------------------------ pads
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("pad", [(1, 2), (1, 2, -1, 1), (0, 0, 2, 0), (-1, -2), (3, -1, 0, 2, 1, 1)],
+                         ids=lambda p: "_".join(map(str, p)))
+def test_constant_pad(dtype: torch.dtype, pad: tuple[int, ...]) -> None:
+    value = 7 if dtype == i64 else -1.5
+    source = lowered(lambda x: F.pad(x, pad, value=value), make((3, 4, 5), dtype))
+    if any(p > 0 for p in pad):
+        assert "tl.minimum(tl.maximum(" in source  # the input index is clamped into range
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_constant_pad_of_non_contiguous_input(layout: str) -> None:
+    lowered(lambda x: F.pad(x, (2, 1, 1, 3)), make((3, 5, 4), f32, layout))
+
+
+@pytest.mark.parametrize("shape,pad", [((1,), (2, 3)), ((1, 1), (0, 1, 1, 0)), ((2,), (-1, 1)), ((7, 1), (1, 1))])
+def test_constant_pad_of_tiny_tensors(shape: tuple[int, ...], pad: tuple[int, ...]) -> None:
+    lowered(lambda x: F.pad(x, pad, value=3.0), make(shape))
+
+
+def test_constant_pad_of_bool() -> None:
+    lowered(lambda x: F.pad(x, (1, 1), value=True), make((3, 4), b1))
+
+
+def test_pad_then_pointwise_is_one_kernel() -> None:
+    source = lowered(lambda x: F.pad(x, (1, 2, 0, 1)) * 2 + 1, make((4, 6)))
+    assert source.count("tl.load(") == 1 and source.count("tl.store(") == 1
+
+
+def test_pad_of_a_computed_tensor_is_one_kernel() -> None:
+    # the pad's producer is inlined at the clamped index: nothing is stored in between
+    source = lowered(lambda x, b: F.pad(torch.relu(x + b), (1, 1, 1, 1)), make((2, 3, 5)), make((5,)))
+    assert source.count("tl.store(") == 1
+
+
+def test_pad_fuses_into_a_reduction() -> None:
+    lowered(lambda x: F.pad(x, (2, 3), value=1.0).sum(-1), make((6, 5)))
+
+
+def test_pads_backward_crops() -> None:
+    # constant_pad_nd's gradient is a constant_pad_nd with negative pads (a crop)
+    x = make((3, 4, 5)).requires_grad_()
+    w = make((3, 6, 8))
+
+    def loss(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (F.pad(x, (1, 2, 0, 2)) * w).sum()
+
+    expected = torch.autograd.grad(loss(x, w), x)[0]
+    compiled = torch.compile(loss, backend="fuse", fullgraph=True)
+    actual = torch.autograd.grad(compiled(x, w), x)[0]
+    torch.testing.assert_close(actual, expected)
+    assert not fusebackend.metrics.fallbacks
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("shape,pad", [((2, 5), (2, 1)), ((1, 2, 4, 3), (1, 2, 2, 0)), ((1, 1, 3, 3, 2), (1, 1, 2, 2, 1, 0))],
+                         ids=["1d", "2d", "3d"])
+def test_reflection_and_replication_pads(mode: str, shape: tuple[int, ...], pad: tuple[int, ...]) -> None:
+    lowered(lambda x: F.pad(x, pad, mode=mode), make(shape))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_reflection_and_replication_pads_bf16_transposed(mode: str) -> None:
+    lowered(lambda x: F.pad(x, (2, 2, 1, 1), mode=mode) + 1, make((2, 5, 4), bf16, "transposed"))
+
+
+# ------------------------------------------------------------------- flip, repeat, roll
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dims", [(0,), (-1,), (0, 2), (0, 1, 2)], ids=str)
+def test_flip(dtype: torch.dtype, dims: tuple[int, ...]) -> None:
+    lowered(lambda x: torch.flip(x, dims), make((3, 4, 5), dtype))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_flip_of_non_contiguous_input(layout: str) -> None:
+    lowered(lambda x: torch.flip(x, (-1, -2)) * x, make((3, 4, 5), f32, layout))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("repeats", [(2, 1), (1, 3), (2, 1, 2), (1, 1)], ids=str)
+def test_repeat(dtype: torch.dtype, repeats: tuple[int, ...]) -> None:
+    lowered(lambda x: x.repeat(*repeats), make((3, 5), dtype))
+
+
+@pytest.mark.parametrize("fn,shape,layout", [
+    (lambda x: x.repeat(2, 1, 3) + 1, (3, 4), "transposed"),
+    (lambda x: torch.tile(x, (2,)), (3, 4), "sliced"),
+    (lambda x: x.repeat(3, 2), (1, 1), "contiguous"),
+], ids=["repeat_transposed", "tile_sliced", "repeat_one_element"])
+def test_repeat_and_tile_of_non_contiguous_inputs(fn: Callable[..., Any], shape: tuple[int, ...], layout: str) -> None:
+    lowered(fn, make(shape, f32, layout))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shifts,dims", [(2, 1), (-1, 0), ((1, -2), (0, -1)), (7, 2), (3, None), (-13, None)],
+                         ids=str)
+def test_roll(dtype: torch.dtype, shifts: Any, dims: Any) -> None:
+    lowered(lambda x: torch.roll(x, shifts, dims), make((3, 4, 5), dtype))
+
+
+def test_roll_of_a_computed_transposed_tensor_is_one_kernel() -> None:
+    lowered(lambda x: torch.roll(x.exp(), (1, 2), (0, 1)) * 2, make((4, 6), f32, "transposed"))
+
+
+# --------------------------------------------------------------------------- scatters
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim,start,end,step", [(1, 1, 4, 1), (1, 1, 6, 2), (-1, -3, None, 1), (0, None, 2, 1),
+                                                (2, 0, 7, 3), (0, 2, 3, 1)], ids=str)
+def test_slice_scatter(dtype: torch.dtype, dim: int, start: Any, end: Any, step: int) -> None:
+    x = make((3, 6, 7), dtype)
+    src = make(tuple(x[(slice(None),) * (dim % 3) + (slice(start, end, step),)].shape), dtype)
+    lowered(lambda x, s: torch.slice_scatter(x, s, dim, start, end, step), x, src)
+
+
+def test_slice_scatter_of_non_contiguous_inputs() -> None:
+    x, src = make((4, 5), f32, "transposed"), make((4, 2), f32, "sliced")
+    lowered(lambda x, s: torch.slice_scatter(x, s, 1, 1, 5, 2) * 3, x, src)
+
+
+def test_in_place_slice_update_is_one_kernel() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y[:, 1:3] += 1
+        y[:, -1] = x[:, 0]
+        y[1:, ::2].fill_(0.5)
+        return y
+
+    lowered(fn, make((3, 5)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim,index", [(0, 1), (1, -1), (-1, 0), (2, 4)], ids=str)
+def test_select_scatter(dtype: torch.dtype, dim: int, index: int) -> None:
+    x = make((3, 4, 5), dtype)
+    src = make(tuple(x.select(dim, index).shape), dtype)
+    lowered(lambda x, s: torch.select_scatter(x, s, dim, index), x, src)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("offset,dim1,dim2", [(0, 0, 1), (1, 0, 1), (-2, 0, 1), (1, -1, 0), (0, 2, 0), (-1, 1, 2)],
+                         ids=str)
+def test_diagonal_scatter(dtype: torch.dtype, offset: int, dim1: int, dim2: int) -> None:
+    x = make((4, 5, 3), dtype)
+    src = make(tuple(torch.diagonal(x, offset, dim1, dim2).shape), dtype)
+    lowered(lambda x, s: torch.diagonal_scatter(x, s, offset, dim1, dim2), x, src)
+
+
+@pytest.mark.parametrize("n,layout", [(4, "transposed"), (1, "contiguous")])
+def test_diagonal_scatter_transposed_and_tiny(n: int, layout: str) -> None:
+    lowered(lambda x, s: torch.diagonal_scatter(x, s, 0), make((n, n), f32, layout), make((n,)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("size,stride,offset", [((2, 2), (5, 2), 1), ((3,), (4,), 2), ((2, 3), (1, 6), 0),
+                                               ((1, 4), (9, 1), 21), ((2, 2, 2), (12, 4, 1), 3)], ids=str)
+def test_as_strided_scatter(dtype: torch.dtype, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> None:
+    x = make((5, 5), dtype)
+    src = make(size, dtype)
+    lowered(lambda x, s: torch.as_strided_scatter(x, s, size, stride, offset), x, src)
+
+
+def test_as_strided_scatter_of_an_overlapping_window_stays_aten() -> None:
+    x, src = make((4, 4)), make((2, 3))
+    check(lambda x, s: torch.as_strided_scatter(x, s, (2, 3), (2, 1), 0), x, src)
+    assert fusebackend.metrics.fallbacks["as_strided_scatter"] == 1
+
+
+def test_scatter_then_reduce_is_one_kernel() -> None:
+    x, src = make((6, 8)), make((6, 3))
+    lowered(lambda x, s: torch.slice_scatter(x, s.exp(), 1, 2, 5).sum(-1), x, src)
