@@ -236,3 +236,12 @@ def test_masked_gather_of_one_repeated_address() -> None:
     # lane, under a block mask (it once ran its graph eagerly in Triton's interpreter)
     check(lambda a, b: torch.cartesian_prod(a, b) * 2, torch.randn(3), torch.randn(4))
     check(lambda a, b: torch.cat([a.expand(5, 1), b], 0) + 1, torch.randn(1, 1), torch.randn(3, 1))
+
+
+@pytest.mark.parametrize("dims", [(0,), (1,), (0, 2)])
+def test_reduction_over_a_broadcast_dim_counts_every_position(dims: tuple[int, ...]) -> None:
+    # the value read does not vary along the reduced (stride-0) dim; a mask on the rows alone once
+    # reduced it over one position instead of all (cosine_similarity of broadcast inputs)
+    check(lambda a: a.expand(4, 5, 3).sum(dims), torch.randn(1, 5, 3))
+    check(lambda a: a.expand(2, 5, 3).amax(dims) + a.expand(2, 5, 3).mean(dims), torch.randn(1, 5, 1))
+    check(lambda a, b: F.cosine_similarity(a, b, dim=-2), torch.randn(1, 2, 3), torch.randn(2, 1, 3))

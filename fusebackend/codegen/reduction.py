@@ -238,10 +238,11 @@ def _row_contiguous(red: ir.Reduction) -> bool:
 def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype, lay: Layout) -> str:
     """``value`` as a full block, with the reduction's neutral element outside the masks."""
     mask = body.mask(FULL)
-    if mask is None:
-        return body.broadcast(value, acc_dtype, lay.full, FULL)
+    full = body.broadcast(value, acc_dtype, lay.full, FULL)  # a value the same at every position
+    if mask is None:  # (a reduction over a broadcast dim) still counts once per position
+        return full
     neutral = _neutral(red.reduction_type, acc_dtype)
-    return body._emit(f"tl.where({mask}, {value}, {neutral})", FULL)
+    return body._emit(f"tl.where({mask}, {full}, {neutral})", FULL)
 
 
 def _reduce_persistent(body: KernelBody, red: ir.Reduction, lay: Layout) -> None:
