@@ -170,6 +170,19 @@ def test_large_windows_that_tile_the_input_are_a_reduction() -> None:
     check_lowered(lambda x: F.avg_pool2d(x, 8, divisor_override=7), torch.randn(2, 3, 17, 16))
 
 
+def test_kernel_larger_than_the_input_unrolls_what_the_input_holds() -> None:
+    # transformers' EfficientNet: AvgPool2d(1280, ceil_mode=True) over a 7x7 map, a mean of the map
+    x = torch.randn(2, 5, 7, 7)
+    check_op(lambda x: F.avg_pool2d(x, 1280, ceil_mode=True), x)
+    assert fusebackend.history()[0].kernel_count == 1
+    for kwargs in (dict(ceil_mode=True, count_include_pad=False, padding=4), dict(ceil_mode=True, padding=3)):
+        torch._dynamo.reset()
+        check_op(lambda x: F.avg_pool2d(x, 9, **kwargs), torch.randn(2, 3, 7, 6))
+        torch._dynamo.reset()
+        check_op(lambda x: F.max_pool2d(x, 9, padding=kwargs["padding"], ceil_mode=True, return_indices=True),
+                 torch.randn(2, 3, 7, 6))
+
+
 def test_window_too_large_to_unroll_stays_an_aten_call() -> None:
     check(lambda x: F.max_pool2d(x, 17), torch.randn(1, 2, 17, 17))
     assert fusebackend.metrics.fallbacks["max_pool2d_with_indices"] == 1

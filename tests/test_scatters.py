@@ -182,7 +182,7 @@ def test_bool_mask_index_put_stays_an_aten_call() -> None:
     assert "index_put" in fusebackend.metrics.fallbacks
 
 
-def test_out_of_bounds_positions_write_nothing() -> None:
+def test_out_of_bounds_positions_raise_and_write_nothing() -> None:
     def fn(x: torch.Tensor, i: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return x.index_put((i,), v, accumulate=True)
 
@@ -190,9 +190,13 @@ def test_out_of_bounds_positions_write_nothing() -> None:
     x, v = torch.randn(4, 3), torch.randn(5, 3)
     good = torch.tensor([0, 1, 2, 3, -1])
     torch.testing.assert_close(compiled(x, good, v), fn(x, good, v))
-    bad = torch.tensor([0, 9, -9, 3, 4])  # 9, -9 + 4 and 4 are outside: eager raises
-    keep = torch.tensor([True, False, False, True, False])
-    torch.testing.assert_close(compiled(x, bad, v), fn(x, bad[keep], v[keep]))
+    source = "\n".join(kernels().values())
+    assert 'tl.device_assert(' in source and "scatter index out of bounds" in source
+    # the kernel is compiled for debugging, where Triton keeps the assert (on a GPU too)
+    assert "debug=True" in fusebackend.last_compiled().wrapper
+    bad = torch.tensor([0, 9, -9, 3, 4])  # 9, -9 + 4 and 4 are outside: eager raises, and so does the kernel
+    with pytest.raises(Exception, match="scatter index out of bounds"):
+        compiled(x, bad, v)
     assert fusebackend.metrics.eager_graphs == 0
 
 

@@ -4,8 +4,9 @@ For every zoo model whose library imports here (transformers' models; torchvisio
 skip with the reason where those are not installed):
 
 - inference: ``model.eval()`` under ``torch.no_grad()``, compiled with ``backend="fuse"``; no
-  graph may run eagerly and every output must match eager within ``OUTPUT_TOL`` of the output's
-  largest magnitude.
+  graph may run eagerly, eager's outputs must not have faded to nothing, and every output's
+  distance from a float64 copy's (relative to the output's largest magnitude) must be at most
+  twice eager's distance plus ``OUTPUT_TOL``.
 - a training step (forward, the model's own loss, backward): the compiled fp32 model, an eager
   fp32 copy and an eager float64 copy of the same weights on the same batch. For the loss and every
   parameter gradient, the compiled result's distance from float64 must be at most twice eager's
@@ -34,22 +35,25 @@ pytest.importorskip("transformers", reason="the zoo needs transformers: pip inst
 import fusebackend  # noqa: E402
 from benchmarks.zoo import TRAIN_SET, ZOO  # noqa: E402
 from benchmarks.zoo.compare import (  # noqa: E402
-    buffer_distances, gradient_distances, output_error, output_names, output_tensors, relative_error,
+    buffer_distances, cast_inputs, gradient_distances, output_error, output_names, output_tensors, relative_error,
     training_step,
 )
 
-# Outputs against eager, relative to the output's largest magnitude. fp32 rounds at about 1.2e-7
-# of that magnitude per operation; the compiled graph sums in another order than eager's kernels
-# (LayerNorm, softmax and the losses are decomposed into primitive reductions), and two layers
-# compound it: on this machine the tiny models differ from eager by at most 4.5e-7 (eager itself
-# is up to 6e-7 from float64). 1e-5 leaves a factor of 20 for other CPUs and BLAS builds, and is
-# still a thousand times below what a wrong op does (1e-2 and more).
+# Outputs against float64, relative to the output's largest magnitude, on top of twice eager's own
+# distance. fp32 rounds at about 1.2e-7 of that magnitude per operation; the compiled graph sums
+# in another order than eager's kernels (LayerNorm, softmax and the losses are decomposed into
+# primitive reductions). 1e-5 leaves a wide margin for other CPUs and BLAS builds, and is still a
+# thousand times below what a wrong op does (1e-2 and more).
 OUTPUT_TOL = 1e-5
 # The absolute term of the gradient rule, relative to the model's largest float64 gradient: about
-# 8 units in the last place of fp32 at that magnitude. It covers gradients that eager happens to
+# 16 units in the last place of fp32 at that magnitude. It covers gradients that eager happens to
 # compute exactly (a bias gradient summed in the same order as float64's: distance 0) and that
-# the compiled graph sums in another order.
-GRAD_ATOL = 1e-6
+# the compiled graph sums in another order, and gradients that deep batch-normed stacks amplify
+# rounding into: in MobileNetV2 (batch 2, 1x1 maps at the end) the stem's batch-norm bias gradient
+# is 1.5e-4 from float64 in eager, and 3.2e-4 and 3.4e-4 in eager itself in channels-last or
+# without oneDNN (2026-11-23; the gradient's scale is 5, the model's largest 272): twice eager's
+# distance alone would fail eager's own variants.
+GRAD_ATOL = 2e-6
 
 
 
@@ -70,16 +74,32 @@ def test_zoo_inference_matches_eager(name: str) -> None:
     _available(name)
     built = ZOO[name].build("tiny")
     model = built.model.eval()
+    exact = copy.deepcopy(model).double()
     compiled = torch.compile(model, backend="fuse")
     with torch.no_grad():
         expected = model(**built.inputs)
         actual = compiled(**built.inputs)
+        reference = exact(**cast_inputs(built.inputs, torch.float64))
     _fuse_compiled_something()
     assert len(output_tensors(actual)) >= 1
-    errors = {n: relative_error(a, e)
-              for n, a, e in zip(output_names(expected), output_tensors(actual), output_tensors(expected))}
-    error = output_error(actual, expected)  # also checks the structure, shapes and dtypes
-    assert error <= OUTPUT_TOL, f"outputs differ from eager (relative to their magnitude): {errors}"
+    # an output that has faded to nothing (EfficientNet's logits were 1e-33 before its batch norms
+    # were calibrated) or that is all zero (a zero-initialized head) would pass any compiled graph
+    faded = {n: e.abs().max().item() for n, e in zip(output_names(expected), output_tensors(expected))
+             if e.is_floating_point() and e.abs().max().item() < 1e-3}
+    assert not faded, f"eager's outputs are too small for the comparison to mean anything: {faded}"
+    output_error(actual, expected)  # checks the structure, shapes and dtypes
+    # Each output against float64: within twice eager's distance plus OUTPUT_TOL (where eager is
+    # itself far from float64, as in MobileNetV2 at 3.7e-5, eager's distance sets the bar)
+    bad = {}
+    for n, a, e, x in zip(output_names(expected), output_tensors(actual), output_tensors(expected),
+                          output_tensors(reference)):
+        if not e.is_floating_point():
+            assert torch.equal(a, e), f"{n}: differs from eager"
+            continue
+        ours, eagers = relative_error(a, x), relative_error(e, x)
+        if ours > 2 * eagers + OUTPUT_TOL:
+            bad[n] = f"{ours:.3g} from float64 (eager: {eagers:.3g}; against eager {relative_error(a, e):.3g})"
+    assert not bad, f"outputs further from float64 than twice eager's distance + {OUTPUT_TOL:g}: {bad}"
 
 
 def _train_set(config: pytest.Config) -> tuple[str, ...]:

@@ -60,9 +60,16 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 
 def instantiate(factory: Callable[[], nn.Module], device: torch.device, dtype: torch.dtype) -> nn.Module:
     """``factory()`` under a fixed seed, its parameters created on ``device`` (no host copy of a
-    large model), then cast to ``dtype``; dropout off; train mode."""
+    large model), then cast to ``dtype``; dropout off; train mode. Weight matrices and kernels
+    the library made all zero (torchvision's ViT head, zero-initialized residual branches) are
+    drawn at random, with variance 1/fan-in: an output that is all zero (the head's bias, 0) makes
+    every compiled error 0 whatever the graph computes."""
     with seeded(WEIGHT_SEED, device), torch.device(device):
         model = factory()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2 and p.is_floating_point() and not p.any():
+                    p.normal_(0.0, p[0].numel() ** -0.5)
     model = zero_dropout_modules(model.to(dtype=dtype))
     return model.train()
 

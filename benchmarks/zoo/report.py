@@ -39,7 +39,7 @@ def environment(options: "RunOptions") -> dict[str, Any]:
         "size": options.size,
         "dtype": str(options.dtype).replace("torch.", ""),
         "variants": list(options.variants),
-        "timing": options.timing.method(device),
+        "timing": options.timing.method(device) if options.timed else "not measured (--no-timing)",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "transformers": transformers_version,
@@ -98,7 +98,8 @@ def table(rows: list["ZooRow"]) -> str:
     widths = [max(len(line[i]) for line in body) for i in range(len(HEADER))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in body]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    errors = [f"{r.model} {v.variant}: {v.message}" for r in rows for v in r.variants if v.message]
+    errors = [f"{r.model}: {r.message}" for r in rows if r.status == "ok" and r.message]
+    errors += [f"{r.model} {v.variant}: {v.message}" for r in rows for v in r.variants if v.message]
     if errors:
         lines += ["", "messages:"] + [f"  {e[:400]}" for e in errors]
     return "\n".join(lines)
@@ -115,7 +116,8 @@ def progress(row: "ZooRow") -> str:
         if v.variant == "fuse" and v.eager_graphs:
             part += f" ({v.eager_graphs} graph(s) ran eagerly)"
         parts.append(part)
-    return f"{row.model} {row.shapes} ({row.seconds:.1f} s): " + ", ".join(parts)
+    warning = f" [{row.message}]" if row.message else ""
+    return f"{row.model} {row.shapes} ({row.seconds:.1f} s): " + ", ".join(parts) + warning
 
 
 def markdown(rows: list["ZooRow"], env: dict[str, Any]) -> str:
@@ -128,7 +130,7 @@ def markdown(rows: list["ZooRow"], env: dict[str, Any]) -> str:
     for r in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |")
     notes = [(r.model, v.variant, v.message) for r in rows for v in r.variants if v.message]
-    notes += [(r.model, r.status, r.message) for r in rows if r.status != "ok"]
+    notes += [(r.model, r.status, r.message) for r in rows if r.message]
     if notes:
         lines += ["", "## Messages", ""] + [f"- {m} ({what}): {text}" for m, what, text in notes]
     return "\n".join(lines) + "\n"

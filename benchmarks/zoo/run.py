@@ -38,7 +38,7 @@ import torch
 import fusebackend
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
-from benchmarks.zoo.compare import output_error, relative_error
+from benchmarks.zoo.compare import output_error, output_tensors, relative_error
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
 from benchmarks.zoo.spec import Built, Size
 
@@ -101,6 +101,7 @@ class RunOptions:
     train: bool
     variants: tuple[str, ...]
     timing: TimingConfig
+    timed: bool = True  # False (--no-timing): check only, report no times
 
 
 
@@ -122,7 +123,9 @@ def _compiler(variant: str) -> Callable[[torch.nn.Module], Callable[..., Any]]:
         return lambda model: model
     if variant == "inductor":
         return lambda model: torch.compile(model)
-    return lambda model: torch.compile(model, backend="fuse")
+    # the callable, not the name: the name is registered by the installed package's entry point,
+    # and the runner also runs from a checkout that is not installed
+    return lambda model: torch.compile(model, backend=fusebackend.fuse)
 
 
 def _inference_step(built: Built, call: Callable[..., Any]) -> Callable[[], Any]:
@@ -198,9 +201,13 @@ def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print
         built.model.train(options.train)
         make_step = _train_step if options.train else _inference_step
         expected, _ = _timed(lambda: _snapshot(make_step(built, built.model)()), options.device)
+        if not options.train and not any(t.is_floating_point() and t.abs().max().item() > 0
+                                         for t in output_tensors(expected)):
+            row.message = "eager's outputs are all zero: the errors below tell nothing"
         eager = VariantStats("eager", "ref", speedup=1.0)
         step = make_step(built, built.model)
-        eager.median_ms = median_ms(step, options.device, options.timing)
+        if options.timed:
+            eager.median_ms = median_ms(step, options.device, options.timing)
         row.variants.append(eager)
         for variant in options.variants:
             if variant != "eager":
@@ -236,7 +243,8 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             else:
                 stats.error = output_error(out, expected)
             del out
-            stats.median_ms = median_ms(step, options.device, options.timing)
+            if options.timed:
+                stats.median_ms = median_ms(step, options.device, options.timing)
         except Exception as exc:
             stats.status = "error"
             notes.insert(0, short_error(exc))
@@ -271,6 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
     parser.add_argument("--rep-ms", type=float, default=100.0, help="GPU: do_bench repetition budget (ms)")
+    parser.add_argument("--no-timing", action="store_true",
+                        help="check results only; measure and report no times (for runs that share a GPU)")
     parser.add_argument("--repeats", type=int, default=3, help="CPU: timed calls per variant (median)")
 
 
@@ -291,7 +301,8 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise SystemExit(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
     variants = ("eager",) + tuple(v for v in VARIANTS[1:] if v in wanted)
     timing = TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats)
-    return RunOptions("tiny" if args.tiny else "real", device, dtype, args.train, variants, timing)
+    return RunOptions("tiny" if args.tiny else "real", device, dtype, args.train, variants, timing,
+                      timed=not args.no_timing)
 
 
 def select(names: str, train: bool) -> list[str]:

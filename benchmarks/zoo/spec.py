@@ -9,7 +9,11 @@ configuration is written out here: nothing is downloaded.
 
 - ``model``: in train mode, dropout off everywhere (configuration probabilities 0 and every
   ``nn.Dropout`` at ``p=0``), so that compiled and eager runs can be compared. Batch norm stays as
-  the mode says (train mode updates running statistics).
+  the mode says (train mode updates running statistics). Batch norm is first made to keep its
+  activations' scale, as a trained model's does (``calibrate_batch_norm``): otherwise a deep
+  random network's activations fade layer by layer (transformers initializes EfficientNet's
+  batch-norm scales at about 0.02, and its logits were 1e-33 in fp32 and exactly 0 in bf16), and
+  an error measured on them tells nothing.
 - ``inputs``: keyword arguments of ``model(**inputs)`` for inference.
 - ``train_inputs``: keyword arguments for the training step (``inputs`` plus labels where the
   model computes its own loss).
@@ -69,4 +73,34 @@ class ZooModel:
         reason = self.available()
         if reason is not None:
             raise Unavailable(reason)
-        return self.builder(size, torch.device(device), dtype)
+        built = self.builder(size, torch.device(device), dtype)
+        calibrate_batch_norm(built)
+        return built
+
+
+def calibrate_batch_norm(built: Built, seed: int = 2) -> None:
+    """Make every batch norm keep the scale of its activations, as in a trained model: its affine
+    scale about 1 and shift about 0 (``1 + 0.1 z`` and ``0.1 z``, ``z`` standard normal from a fixed
+    seed, so that channels differ), and its running mean and variance those of ``built.inputs`` (one
+    forward pass in train mode without gradients, a cumulative average over that one batch:
+    ``momentum=None``). The model is left in train mode; a model without batch norm is untouched."""
+    norms = [m for m in built.model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    draw = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in norms:
+            if m.affine:
+                z = torch.randn(2, m.num_features, generator=draw)
+                m.weight.copy_(1 + 0.1 * z[0])
+                m.bias.copy_(0.1 * z[1])
+    norms = [m for m in norms if m.track_running_stats]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    built.model.train()
+    with torch.no_grad():
+        built.model(**built.inputs)
+    for m, momentum in zip(norms, momenta):
+        m.momentum = momentum

@@ -52,6 +52,7 @@ def generate_scatter(plan: KernelPlan, index: int, pdl: bool = False) -> KernelS
         inside = body.broadcast(body._emit(" & ".join(checks), frozenset().union(*(body.dims_of(p) for p, _ in computed))),
                                 torch.bool, "[XBLOCK]", XDIMS)
         body.emit_raw(f'tl.device_assert({inside}{f" | ({mask} == 0)" if mask else ""}, "scatter index out of bounds")')
+        body.asserts = True  # compiled for debugging, where Triton keeps the assert (as a checked gather's)
         mask = inside if mask is None else f"{mask} & {inside}"
     masked = f", {mask}" if mask else ""
     if scatter.mode == "store":
@@ -80,4 +81,5 @@ def generate_scatter(plan: KernelPlan, index: int, pdl: bool = False) -> KernelS
             w.line("xmask = xindex < xnumel")
         w.lines(body.lines)
     grid = runtime.cdiv(numel, launch["XBLOCK"])
-    return KernelSource(name, w.source(), tuple(body.inputs) + (buf.name,), (numel,), grid, launch, plan)
+    return KernelSource(name, w.source(), tuple(body.inputs) + (buf.name,), (numel,), grid, launch, plan,
+                        body.asserts)

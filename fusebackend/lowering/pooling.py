@@ -89,6 +89,15 @@ class Window:
     def start(self, i: sympy.Expr) -> sympy.Expr:
         return i * self.stride - self.padding
 
+    @property
+    def reach(self) -> int:
+        """The window positions that can hold an input element: position ``k`` of the first
+        window reads ``k*dilation - padding``, and later windows read further on, so positions
+        from ``(in_size - 1 + padding) // dilation + 1`` on never do. A kernel larger than the
+        input (transformers' EfficientNet pools 7x7 with a 1280x1280 kernel, in ``ceil_mode``)
+        unrolls what the input holds."""
+        return min(self.kernel, (self.in_size - 1 + self.padding) // self.dilation + 1)
+
     def covering(self) -> int:
         """How many windows can cover one input element."""
         return (self.kernel - 1) * self.dilation // self.stride + 1
@@ -113,7 +122,7 @@ def _taps(windows: Sequence[Window], out_vars: Sequence[sympy.Expr], ranges: dic
     """Every window position that can hold an input element: (its index held inside the input,
     whether it is inside), in row-major window order."""
     taps = []
-    for offsets in itertools.product(*(range(w.kernel) for w in windows)):
+    for offsets in itertools.product(*(range(w.reach) for w in windows)):
         index = [w.start(v) + o * w.dilation for w, v, o in zip(windows, out_vars, offsets)]
         valid = conj(*(in_range(e, 0, w.in_size, ranges) for e, w in zip(index, windows)))
         if valid is not False:
@@ -135,7 +144,7 @@ def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride:
     values_meta, indices_meta = b.out_meta
     sizes = tuple(values_meta.shape)
     windows = _windows(x, sizes, nd, kernel_size, stride, padding, dilation)
-    check_unrolled(math.prod(w.kernel for w in windows), "a max pool window")
+    check_unrolled(math.prod(w.reach for w in windows), "a max pool window")
     acc = ir.compute_dtype(x.dtype)
 
     def window(ctx: LoweringContext) -> tuple[list[sympy.Expr], list[tuple[tuple[sympy.Expr, ...], Cond]]]:
@@ -301,7 +310,7 @@ def _avg_pool_node(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, st
     tiles = None
     if all(w.stride == w.kernel and w.padding == 0 and w.out_size * w.kernel <= w.in_size for w in windows):
         tiles = [w.kernel for w in windows]
-    positions = math.prod(w.kernel for w in windows)
+    positions = math.prod(w.reach for w in windows)
     return _average(b, x, nd, positions, tiles, divisor_override or positions,
                     lambda ctx: _avg_pool(ctx, x, windows, count_include_pad, divisor_override))
 
