@@ -328,9 +328,20 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
         return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
 
     def _print_Clamp(self, expr: Clamp) -> str:
-        # Triton builtins; a Clamp of constants never reaches the printer (``Clamp.eval`` folds it)
+        # Selects, not tl.minimum/tl.maximum: Triton 3.6 compiled the bilinear upsampling of a
+        # channels-last tensor wrongly with those (3.2 off; right in the interpreter, and right
+        # with selects, on an H200 2026-11-23). A Clamp of constants never reaches the printer.
         a, lo, hi = (self._print(e) for e in expr.args)
-        return f"tl.minimum(tl.maximum({a}, {lo}), {hi})"
+        return f"tl.where({a} < {lo}, {lo}, tl.where({a} > {hi}, {hi}, {a}))"
+
+
+def window_arithmetic(expr: sympy.Expr) -> bool:
+    """Whether an offset clamps, or divides a sum (``(h + 1) // 2``, as a pool's backward pass
+    finds its windows): the offsets whose load Triton 3.6 vectorized wrongly on the GPU, giving
+    an average pool's channels-last gradient 0.6 off (right in the interpreter, and right once
+    the load's contiguity, divisibility and constancy hints were 1; H200, 2026-11-23)."""
+    return any(isinstance(e, Clamp) or (isinstance(e, (FloorDiv, ModIdx)) and e.args[0].is_Add)
+               for e in sympy.preorder_traversal(expr))
 
 
 def pexpr(expr: sympy.Expr) -> str:

@@ -336,6 +336,10 @@ class IRGraph:
     # buffer name -> the FX node whose value it holds (``node`` or ``node[k]`` for one of several
     # results), where it holds one whole: what ``fusebackend.checking`` compares with eager
     fx_values: dict[str, str] = dataclasses.field(default_factory=dict)
+    # buffers an ATen call makes on another device than the graph's (a factory with
+    # ``device="cpu"`` in a CUDA graph, as an index made by ``torch.arange`` can be): the wrapper
+    # moves one to the graph's device before a kernel reads it
+    foreign: frozenset[str] = frozenset()
 
     def producers(self) -> dict[str, Node]:
         return {b.name: n for n in self.nodes for b in written_buffers(n)}

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import fusebackend
-from helpers import assert_same, check_lowered, kernel_count, kernels
+from helpers import assert_same, check, check_lowered, kernel_count, kernels
 
 f32, bf16, i64, i32 = torch.float32, torch.bfloat16, torch.int64, torch.int32
 DTYPES = [f32, bf16, i64]
@@ -191,7 +191,7 @@ def test_out_of_range_index_raises(case: str) -> None:
 
 PROVEN = {
     "argmax": (lambda x, i: torch.gather(x, 1, x.argmax(1, keepdim=True))),
-    "arange": (lambda x, i: x[torch.arange(x.shape[0] - 1, -1, -1)]),
+    "arange": (lambda x, i: x[torch.arange(x.shape[0] - 1, -1, -1, device=x.device)]),
     "clamped": (lambda x, i: x[i.clamp(0, 4)]),
     "clamped_negative": (lambda x, i: x[i.clamp(-5, 4)] + 1),
     "minimum": (lambda x, i: torch.index_select(x, 1, torch.minimum(i.clamp(min=0), torch.full_like(i, 6)))),
@@ -207,3 +207,15 @@ def test_positions_not_proven_stay_checked() -> None:
     # clamped to [0, 9] where the dim has 5 entries: not proven, so checked
     check_lowered(lambda x, i: x[i.clamp(0, 9)], make((5, 7)), ids(5, (6,)))
     assert ASSERT in "\n".join(kernels().values())
+
+
+def test_index_made_on_the_cpu_in_a_gpu_graph() -> None:
+    # An index tensor made on the CPU (as eager allows for a CUDA tensor) stays an ATen call, and
+    # the wrapper moves it to the GPU before the gather kernel reads it.
+    x = make((5, 7))
+    if x.device.type == "cpu":
+        pytest.skip("needs a GPU graph (FUSE_TEST_DEVICE=cuda)")
+    fn = lambda x: x[torch.arange(x.shape[0] - 1, -1, -1, device="cpu")] * 2  # noqa: E731
+    check(fn, x)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert ".to(device)" in fusebackend.last_compiled().wrapper

@@ -175,6 +175,13 @@ OP_DTYPE_CASES = [pytest.param(o, d, id=f"{o.name}-{_dtype_id(d)}") for o in OPS
 
 @pytest.mark.parametrize("info,dtype", OP_DTYPE_CASES)
 def test_op_dtype(info: MathOp, dtype: torch.dtype) -> None:
+    on_gpu = torch.empty(0).device.type == "cuda"
+    if on_gpu and info.name == "angle" and dtype in (torch.float16, torch.bfloat16):
+        pytest.skip("eager's CUDA angle has no half-precision kernel")
+    if on_gpu and info.name.startswith("round") and dtype in (torch.float16, torch.bfloat16):
+        # eager's CUDA kernel rounds x * 10^d to the half type before rounding it to an integer;
+        # its CPU kernel, which this lowering follows, computes in fp32
+        pytest.skip("eager's CUDA and CPU kernels round half types differently")
     _check_op(info, _inputs(info, (67,), dtype))
 
 
@@ -225,6 +232,8 @@ def test_special_value_pairs(info: MathOp) -> None:
     v = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-30, 3e38], dtype=f32)
     a, b = v.repeat_interleave(len(v)), v.repeat(len(v))
     out = _check_op(info, [a, b])
+    if info.name in ("fmax", "fmin") and a.device.type == "cuda":
+        return  # between +0 and -0 CUDA's fmax instruction may pick either (see the test below)
     _same_signed_zeros(out, info.fn(a, b))
 
 
@@ -355,9 +364,12 @@ def test_near_fp32_overflow() -> None:
     # Eager's vectorized CPU loop gives inf from 88.72 on (its scalar loop and CUDA agree with
     # the function for sinh). We follow the function: compared with float64 here.
     x = torch.tensor([88.5, 88.75, 89.0, 89.4, 89.5, -88.9, -89.3, 90.5, 91.8, 92.0])
+    # On a GPU, compiled Triton's exp is an approximate 2^(x log2 e): the rounding of x log2 e
+    # costs up to |x| log2(e) 2^-24 of relative error, 8e-6 at 92 (Inductor's exp is the same).
+    rtol = 1e-6 if x.device.type == "cpu" else 1e-5
     for fn in (torch.sinh, torch.cosh, torch.i0, S.i1):
         out = torch.compile(fn, backend="fuse")(x)
-        torch.testing.assert_close(out, fn(x.double()).float(), rtol=1e-6, atol=0.0)
+        torch.testing.assert_close(out, fn(x.double()).float(), rtol=rtol, atol=0.0)
     assert not fusebackend.metrics.fallbacks
 
 

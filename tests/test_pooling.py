@@ -260,7 +260,7 @@ def test_relu_max_pool_mul_is_one_kernel() -> None:
     (source,) = kernels().values()
     # the window reads the input with clamped indices; padding positions are masked to -inf
     assert source.count("tl.load(") == 9
-    assert "tl.minimum(tl.maximum(" in source and 'float("-inf")' in source
+    assert "tl.where(" in source and 'float("-inf")' in source
     assert "read 1.48 KiB" in fusebackend.last_compiled().schedule  # the input, read once: 378 floats
 
 
@@ -281,3 +281,18 @@ def test_training_step_backward_is_one_kernel() -> None:
     # max_pool2d_with_indices_backward, relu's backward and the scale fuse into one kernel
     check_backward(lambda x: F.max_pool2d(torch.relu(x * 2), 3, 2, 1), torch.randn(2, 3, 7, 9))
     assert fusebackend.history()[-1].kernel_count == 1
+
+
+def test_window_loads_are_element_by_element() -> None:
+    # Loads whose offset clamps or divides a sum carry contiguity, divisibility and constancy
+    # hints of 1 (indexing.window_arithmetic: Triton 3.6 vectorized such a load wrongly on a GPU);
+    # a plain load keeps Triton's own analysis.
+    x = make(torch.float32, channels_last=True)
+    check_op(lambda x: F.avg_pool2d(x, 3, 2, 1) + 1, x)
+    backward = [a for a in fusebackend.history() if a.name.startswith("backward")][-1]
+    source = "\n".join(backward.kernels.values())
+    assert "tl.max_contiguous(" in source and "tl.max_constancy(" in source
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    check_lowered(lambda x: x * 2 + 1, make(torch.float32, channels_last=True).transpose(1, 2))
+    assert "tl.max_contiguous(" not in "\n".join(kernels().values())

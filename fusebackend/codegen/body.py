@@ -67,6 +67,9 @@ class KernelBody:
         self.x_zero = "0 * xindex"  # broadcasts a store offset that does not vary along x
         self.load_offsets: list[tuple[ir.Buffer, sympy.Expr]] = []  # memory loads, for tiling
         self.asserts = False  # whether the kernel asserts (checked gathers): compiled in debug mode
+        # the rank of the kernel's index tensors: a flat kernel's [XBLOCK]; a reduction's, a
+        # scan's and a tiled kernel's blocks are 2-d
+        self.rank = 1 if space.anchor is None and not any(isinstance(n, ir.Scan) for n in plan.nodes) else 2
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -176,10 +179,14 @@ class KernelBody:
         dims = self.index_dims(offset)
         mask = self.mask(dims)
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
+        text = indexing.pexpr(offset)
+        if dims and indexing.window_arithmetic(offset):  # element by element (see window_arithmetic)
+            ones = [1] * self.rank
+            text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {ones}), {ones}), {ones})"
         if mask is None:
-            return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}){hint})", dims)
+            return self._emit(f"tl.load({ptr} + ({text}){hint})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
-        return self._emit(f"tl.load({ptr} + ({indexing.pexpr(offset)}), {mask}{other}{hint})", dims)
+        return self._emit(f"tl.load({ptr} + ({text}), {mask}{other}{hint})", dims)
 
     def _constant(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Constant | None:
         """``expr`` as a constant, looking through loads of in-kernel producers that are constants."""

@@ -112,6 +112,9 @@ def generate_wrapper(
         for k, step in enumerate(steps):
             if isinstance(step, ExternCall):
                 _extern(w, step.node, constants, used)
+                for _, buf in step.node.outputs:  # kernels read device memory (ir.IRGraph.foreign)
+                    if buf.name in graph.foreign and buf.name in kernel_reads and buf.name not in returned:
+                        w.line(f"{buf.name} = {buf.name}.to(device)")
             else:
                 _launch(w, plan_kernel[id(step)], graph.mutations, scattered)
             if observe:

@@ -24,6 +24,38 @@ ulp more there.
 import triton
 import triton.language as tl
 
+# ---------------------------------------------------------------- IEEE negation, division, root
+
+
+@triton.jit
+def neg(x):
+    # A float's sign bit flipped, so that -(0.0) is -0.0 as in eager: Triton 3.6 compiles a
+    # float's unary minus as 0 - x, which is +0.0 for 0.0. Multiplying by -1 is exact.
+    if x.dtype.is_floating():
+        return x * -1.0
+    else:
+        return 0 - x
+
+
+@triton.jit
+def div(a, b):
+    # Correctly rounded, as eager's division: Triton 3.6 compiles an fp32 "/" to div.full.f32,
+    # up to 2 ulp off (a rounding of 1.0 / 10 ** 3 came out one ulp off). fp64 "/" is exact.
+    q = a / b
+    if q.dtype == tl.float32:
+        q = tl.math.div_rn(a, b)
+    return q
+
+
+@triton.jit
+def sqrt(x):
+    # Correctly rounded, as eager's: tl.sqrt is the fast approximate root for fp32.
+    if x.dtype == tl.float32:
+        return tl.math.sqrt_rn(x)
+    else:
+        return tl.sqrt(x)
+
+
 # ------------------------------------------------------------------------------- bit tests
 
 
@@ -41,7 +73,7 @@ def copysign(a, b):
     # Negation and abs only flip or clear the sign bit (NaN payloads stay as they are).
     a, b = tl.broadcast(a, b)
     m = tl.abs(a)
-    return tl.where(signbit(b), -m, m)
+    return tl.where(signbit(b), neg(m), m)
 
 
 @triton.jit
@@ -124,7 +156,7 @@ def sinh(x):
     e = tl.exp(ax)
     h = tl.exp(0.5 * ax)
     big = tl.where(ax < 88.0, 0.5 * e - 0.5 / e, (0.5 * h) * h)
-    return tl.where(ax < 1.0, small, tl.where(x < 0.0, -big, big))
+    return tl.where(ax < 1.0, small, copysign(big, x))
 
 
 @triton.jit

@@ -97,7 +97,7 @@ def load_kernel(name: str, source: str) -> Any:
 
 
 # Entries of a kernel's launch dict that are Triton compile options, not constexpr parameters.
-COMPILE_OPTIONS = ("num_warps", "num_stages", "launch_pdl", "debug", "sanitize_overflow")
+COMPILE_OPTIONS = ("num_warps", "num_stages", "launch_pdl", "debug", "sanitize_overflow", "enable_fp_fusion")
 
 # The compile options of a kernel that asserts (a gather that checks its indices). Triton drops
 # ``tl.device_assert`` unless the kernel is compiled with ``debug`` (Triton 3.6 and 3.9 alike);

@@ -10,7 +10,7 @@ coefficients, beyond it sqrt(x) exp(-x) I(x) as a polynomial in 8/x; relative er
 import triton
 import triton.language as tl
 
-from fusebackend.kernels.math_helpers import signbit
+from fusebackend.kernels.math_helpers import neg, signbit
 
 # ---------------------------------------------------------------------- gamma functions
 
@@ -222,11 +222,11 @@ def i1(x):
     # odd: computed at |x|, negated below 0 (so i1(-0.0) is +0.0, as ATen gives)
     a = tl.abs(x)
     r = tl.where(a <= 8.0, _bessel_i1_near(a), _times_exp(_bessel_i1e_far(a), a))
-    return tl.where(x < 0.0, -r, r)
+    return tl.where(x < 0.0, neg(r), r)
 
 
 @triton.jit
 def i1e(x):
     a = tl.abs(x)
     r = tl.where(a <= 8.0, _bessel_i1_near(a) * tl.exp(-a), _bessel_i1e_far(a))
-    return tl.where(x < 0.0, -r, r)
+    return tl.where(x < 0.0, neg(r), r)

@@ -39,7 +39,7 @@ def tanh(x):
     x2 = x * x
     small = ax * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     t = tl.where(ax < 0.0625, small, big)
-    return tl.where(x < 0, -t, t)
+    return copysign(t, x)  # tanh(-0.0) is -0.0
 
 
 @triton.jit
@@ -254,8 +254,8 @@ def combine_cummin(v1, i1, v2, i2):
 # The special math functions (inverse trigonometric, hyperbolic, error, gamma and Bessel
 # functions) and the sign-bit helpers have their own modules; kernels reach them as th.<name>.
 from fusebackend.kernels.math_helpers import (  # noqa: E402,F401
-    acosh, asinh, atan, atan2, copysign, erfc, erfcx, erfinv, frexp_exponent, frexp_mantissa, gcd, hypot, ldexp,
-    ndtri, nextafter, signbit, sinh,
+    acosh, asinh, atan, atan2, copysign, div, erfc, erfcx, erfinv, frexp_exponent, frexp_mantissa, gcd, hypot, ldexp,
+    ndtri, neg, nextafter, signbit, sinh, sqrt,
 )
 from fusebackend.kernels.special_helpers import (  # noqa: E402,F401
     digamma, i0, i0e, i1, i1e, lgamma, trigamma,

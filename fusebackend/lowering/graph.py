@@ -268,6 +268,7 @@ class GraphLowering:
         self.out_meta: Any = None  # the current op's meta output, for composite lowerings
         self.constants: list[tuple[ir.Buffer, torch.Tensor]] = []  # get_attr tensors
         self.fx_values: dict[str, str] = {}  # buffer -> FX node whose value it holds
+        self.foreign: set[str] = set()  # extern results on another device (ir.IRGraph.foreign)
         self.origin = ""
 
     # ---------------------------------------------------------------------------- helpers
@@ -326,7 +327,7 @@ class GraphLowering:
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
-                           constants=self.constants, fx_values=self.fx_values)
+                           constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign))
         for copy, target, meta in self.copies:
             reason = in_place_reason(graph, copy, target)
             if reason is None and target.name not in graph.mutations.values():
@@ -667,6 +668,9 @@ class GraphLowering:
                     visit(v, path + (k,))
 
         visit(out_meta, ())
+        traced = pytree.tree_leaves(self.node.meta.get("val")) if self.node is not None else []
+        if any(isinstance(t, torch.Tensor) and t.device != self.device for t in traced):
+            self.foreign.update(buf.name for _, buf in outputs)
         to_ir = lambda v: v.view if isinstance(v, TensorArg) else v  # noqa: E731
         node = ir.Extern(
             name,
