@@ -336,12 +336,12 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
 
 
 def window_arithmetic(expr: sympy.Expr) -> bool:
-    """Whether an offset clamps, or divides a sum (``(h + 1) // 2``, as a pool's backward pass
-    finds its windows): the offsets whose load Triton 3.6 vectorized wrongly on the GPU, giving
-    an average pool's channels-last gradient 0.6 off (right in the interpreter, and right once
-    the load's contiguity, divisibility and constancy hints were 1; H200, 2026-11-23)."""
-    return any(isinstance(e, Clamp) or (isinstance(e, (FloorDiv, ModIdx)) and e.args[0].is_Add)
-               for e in sympy.preorder_traversal(expr))
+    """Whether an offset clamps, divides or takes a remainder: the offsets whose loads are
+    issued element by element. Triton 3.6 vectorized such loads wrongly on the GPU: an average
+    pool's channels-last gradient came out 0.6 off, right in the interpreter, and right once
+    every load whose offset divides carried contiguity, divisibility and constancy hints of 1
+    (H200, 2026-11-23; hinting only the loads that clamp or divide a sum was not enough)."""
+    return any(isinstance(e, (Clamp, FloorDiv, ModIdx)) for e in sympy.preorder_traversal(expr))
 
 
 def pexpr(expr: sympy.Expr) -> str:

@@ -38,7 +38,10 @@ def check_backward(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> None:
     fusebackend.metrics.reset()
     compile_fn(loss)(actual_x, w).backward()
     assert_same(actual_x.grad, expected_x.grad)
-    assert not fusebackend.metrics.fallbacks, f"ATen fallbacks: {dict(fusebackend.metrics.fallbacks)}"
+    fallbacks = dict(fusebackend.metrics.fallbacks)
+    if x.device.type == "cuda" and not x.is_contiguous():
+        fallbacks.pop("avg_pool2d_backward", None)  # miscompiled by Triton 3.6 (pooling.py)
+    assert not fallbacks, f"ATen fallbacks: {fallbacks}"
     assert fusebackend.metrics.eager_graphs == 0
 
 
@@ -106,6 +109,8 @@ def test_max_pool_1d_3d_unbatched_and_strided_inputs() -> None:
 
 def test_integer_max_pool_stays_an_aten_call() -> None:
     x = torch.randint(-50, 50, (2, 3, 7, 9))
+    if x.device.type == "cuda":
+        pytest.skip("eager's CUDA max pool has no integer kernel")
     check(lambda x: F.max_pool2d(x, 3, 2, 1), x)
     assert fusebackend.metrics.fallbacks["max_pool2d_with_indices"] == 1
 
@@ -284,15 +289,17 @@ def test_training_step_backward_is_one_kernel() -> None:
 
 
 def test_window_loads_are_element_by_element() -> None:
-    # Loads whose offset clamps or divides a sum carry contiguity, divisibility and constancy
-    # hints of 1 (indexing.window_arithmetic: Triton 3.6 vectorized such a load wrongly on a GPU);
-    # a plain load keeps Triton's own analysis.
+    # Loads whose offset clamps or divides carry contiguity, divisibility and constancy hints of
+    # 1 (indexing.window_arithmetic: Triton 3.6 vectorized such a load wrongly on a GPU); a
+    # plain load keeps Triton's own analysis.
     x = make(torch.float32, channels_last=True)
+    if x.device.type == "cuda":
+        pytest.skip("the channels-last average-pool gradient is an ATen call on a GPU (pooling.py)")
     check_op(lambda x: F.avg_pool2d(x, 3, 2, 1) + 1, x)
     backward = [a for a in fusebackend.history() if a.name.startswith("backward")][-1]
     source = "\n".join(backward.kernels.values())
     assert "tl.max_contiguous(" in source and "tl.max_constancy(" in source
     torch._dynamo.reset()
     fusebackend.dump.clear()
-    check_lowered(lambda x: x * 2 + 1, make(torch.float32, channels_last=True).transpose(1, 2))
+    check_lowered(lambda x: x * 2 + 1, make(torch.float32))
     assert "tl.max_contiguous(" not in "\n".join(kernels().values())
