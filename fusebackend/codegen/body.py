@@ -69,6 +69,8 @@ class KernelBody:
         self.asserts = False  # whether the kernel asserts (checked gathers): compiled in debug mode
         # the rank of the kernel's index tensors: a flat kernel's [XBLOCK]; a reduction's, a
         # scan's and a tiled kernel's blocks are 2-d
+        self.element_loads = True  # window loads element by element (off in tiled kernels, whose
+        # divisions are of the outer tile index; the faults were in flat kernels)
         self.rank = 1 if space.anchor is None and not any(isinstance(n, ir.Scan) for n in plan.nodes) else 2
 
     # ----------------------------------------------------------------------------- scopes
@@ -180,7 +182,7 @@ class KernelBody:
         mask = self.mask(dims)
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         text = indexing.pexpr(offset)
-        if dims and indexing.window_arithmetic(offset):  # element by element (see window_arithmetic)
+        if dims and self.element_loads and indexing.window_arithmetic(offset):  # see window_arithmetic
             ones = [1] * self.rank
             text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {ones}), {ones}), {ones})"
         if mask is None:

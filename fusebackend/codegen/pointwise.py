@@ -148,6 +148,7 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     body.ranges = {X_OUTER: max(tile.outer, 1), Y_INDEX: tile.ysize, X_INNER: tile.inner}
     body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER})
     body.rank = 2
+    body.element_loads = False
     body.x_zero = "0 * y_index + 0 * x_inner"
     tiled = {X: tile.substitute()}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
