@@ -30,6 +30,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from fusebackend import metrics
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.pipeline import compile_graph
+from fusebackend.splitting import split_at_failure
 
 _graph_ids = itertools.count()
 
@@ -169,7 +170,11 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
             compiled = _aot_backend()(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)
-    except Exception as exc:  # AOTAutograd could not trace it: nothing of ours to run
+    except Exception as exc:  # AOTAutograd could not trace it
+        # the op that failed runs alone, eagerly; the graph around it is still compiled
+        split = split_at_failure(gm, exc, fuse)
+        if split is not None:
+            return split
         return _eager_after_warning(gm, exc)
     # not traced by Dynamo when called from the code it generated (as AOTAutograd's result isn't)
     return torch._dynamo.disable(_DynamoGraphOnFailure(gm, compiled))

@@ -37,8 +37,9 @@ OP_ARITY: dict[str, int] = {
     "logical_and": 2, "logical_or": 2, "logical_xor": 2, "logical_not": 1,
     "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
     "where": 3,
-    # dtype conversion (the target dtype is the Op's dtype)
-    "to": 1,
+    # dtype conversion (the target dtype is the Op's dtype); round_to: a half-precision value
+    # computed in fp32 put on its dtype's grid, as eager stores it between two ops (codegen/body.py)
+    "to": 1, "round_to": 1,
     # counter-based random values (lowering/random_ops.py), a pure function of their arguments:
     # (seed, stream, element index, significand bits) -> uniform [0, 1), fp32 or (53 bits) fp64;
     # (seed, stream, element index) -> standard normal fp32; (..., span) -> int64 in [0, span)

@@ -21,7 +21,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal, render_op, takes_tensors
+from fusebackend.codegen.triton_ops import LITERAL_ARGS, TRITON_DTYPE, render_literal, render_op, takes_tensors
 from fusebackend.scheduler import KernelPlan
 from fusebackend.inlining import producer_index
 from fusebackend.scheduler.space import R, X, KernelSpace
@@ -157,10 +157,13 @@ class KernelBody:
             if isinstance(folded, ir.Constant):
                 return render_literal(folded.value, folded.dtype)
         args = [self.value(a, subst) for a in expr.args]
-        if not any(a in self.dims for a in args) or takes_tensors(expr.name) or expr.dtype == torch.float64:
+        if expr.name not in LITERAL_ARGS and (
+                not any(a in self.dims for a in args) or takes_tensors(expr.name) or expr.dtype == torch.float64):
             # literals get a dtype so that tl functions accept them when all arguments are
             # literals; helpers get tensors always (they may bitcast any argument); and in fp64
-            # ops, since Triton makes a float literal fp32 (tl.where(c, pi, 0.0) would round pi)
+            # ops, since Triton makes a float literal fp32 (tl.where(c, pi, 0.0) would round pi).
+            # Never the random helpers' literals: compiled, a constexpr given as a tensor becomes
+            # a branch taken at run time (fp64 rand came back on a coarser grid).
             args = [a if a in self.dims else f"tl.full([], {a}, {TRITON_DTYPE[x.dtype]})"
                     for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
@@ -174,7 +177,7 @@ class KernelBody:
         idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
         producer = self.producers.get(view.buffer.name)
         if producer is not None:
-            return self.value(self._inlined(producer, view, idx), {})
+            return self.value(self._as_stored(producer, self._inlined(producer, view, idx)), {})
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
         self.load_offsets.append((view.buffer, offset))
         ptr = self.pointer(view.buffer)
@@ -295,7 +298,22 @@ class KernelBody:
         if producer is None:
             return None
         idx = [sympy.sympify(i).xreplace(subst) for i in load.index]
-        return self._inlined(producer, load.view, idx)
+        return self._as_stored(producer, self._inlined(producer, load.view, idx))
+
+    @staticmethod
+    def _as_stored(producer: ir.Node, value: ir.Expr) -> ir.Expr:
+        """An in-kernel producer's value as its consumers would read it from memory.
+
+        A half-precision value is computed in fp32 registers; eager rounds it to its dtype before
+        the next op reads it, and so do we (a bf16 residual sum feeds a layer norm rounded, as in
+        eager). Within one ATen op, computed in fp32 as eager computes it, nothing is rounded.
+        """
+        dtype = producer.buffer.dtype
+        if dtype not in (torch.float16, torch.bfloat16) or isinstance(value, ir.Constant):
+            return value
+        if isinstance(value, ir.Op) and value.name == "to" and value.args[0].dtype.is_floating_point:
+            value = value.args[0]  # computed wider, then narrowed: round it once, here
+        return ir.Op("round_to", (value,), dtype)
 
     def broadcast(self, value: str, dtype: torch.dtype, shape: str, dims: frozenset[str]) -> str:
         """``value`` as a block of ``shape`` (for stores and reductions of lower-rank values)."""

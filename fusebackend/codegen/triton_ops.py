@@ -104,6 +104,8 @@ def takes_tensors(name: str) -> bool:
 
 
 def render_op(name: str, args: list[str], dtype: torch.dtype, arg_dtypes: list[torch.dtype]) -> str:
+    if name == "round_to":  # a half-precision value, kept in fp32, on its dtype's grid
+        return f"th.round_bf16({args[0]})" if dtype == torch.bfloat16 else f"{args[0]}.to(tl.float16).to(tl.float32)"
     if name == "to":
         if dtype == torch.bool:
             return f"{args[0]} != 0"

@@ -159,6 +159,12 @@ else:
         return x.to(tl.bfloat16)
 
 
+@triton.jit
+def round_bf16(x):
+    # fp32 -> the nearest bf16 value, kept in fp32: a fused bf16 result as eager's next op reads it
+    return to_bf16(x.to(tl.float32)).to(tl.float32)
+
+
 # Counter-based random numbers (lowering/random_ops.py). Philox4x32-10 (Salmon, Moraes, Dror and
 # Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011): ten rounds that mix a 128-bit
 # counter under a 64-bit key, written with builtins so that the interpreter runs the same code as
