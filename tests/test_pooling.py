@@ -32,15 +32,17 @@ def check_backward(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> None:
         y = y[0] if isinstance(y, tuple) else y
         return (y * w).float().sum()
 
-    expected_x = x.detach().clone().requires_grad_(True)
-    loss(expected_x, w).backward()
+    # eager on the CPU is the reference. On a GPU eager's own channels-last avg_pool2d gradient
+    # with padding is wrong: torch 2.11+cu130 on an H100, 2026-11-24, it was up to 1.03 off the
+    # gradient of the same tensors in float64, on the CPU and in either layout, and in float64 on
+    # the GPU too; the CPU's channels-last gradient equals the contiguous one, and so does fuse's.
+    expected_x = x.detach().cpu().clone().requires_grad_(True)
+    loss(expected_x, w.cpu()).backward()
     actual_x = x.detach().clone().requires_grad_(True)
     fusebackend.metrics.reset()
     compile_fn(loss)(actual_x, w).backward()
-    assert_same(actual_x.grad, expected_x.grad)
+    assert_same(actual_x.grad.cpu(), expected_x.grad)
     fallbacks = dict(fusebackend.metrics.fallbacks)
-    if x.device.type == "cuda" and not x.is_contiguous():
-        fallbacks.pop("avg_pool2d_backward", None)  # miscompiled by Triton 3.6 (pooling.py)
     assert not fallbacks, f"ATen fallbacks: {fallbacks}"
     assert fusebackend.metrics.eager_graphs == 0
 

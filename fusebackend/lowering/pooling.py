@@ -331,11 +331,6 @@ def _avg_pool_backward(ctx: LoweringContext, grad_output: TensorArg, x: TensorAr
                        stride: Any, padding: Any, count_include_pad: bool, divisor_override: Any) -> Expr:
     """Each input element sums ``grad / divisor`` of the windows that cover it."""
     float_input(grad_output)
-    if ctx.device.type == "cuda" and not ctx.out_meta.is_contiguous():
-        # Compiled by Triton 3.6, this kernel gave a channels-last gradient 0.6 off on an H200
-        # (right in the interpreter; selects for clamps and element-by-element loads did not
-        # mend it, 2026-11-23): ATen computes it until the cause is found.
-        raise Unsupported("a channels-last average-pool gradient on the GPU (miscompiled by Triton)")
     windows = _windows(x, grad_output.sizes, nd, kernel_size, stride, padding)
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
