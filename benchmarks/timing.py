@@ -95,6 +95,79 @@ def _clean_l2_median_ms(fn: Callable[[], Any], device: torch.device, timing: Tim
     return statistics.median(run(max(1, min(int(timing.rep_ms / max(estimate, 1e-3)), 1000))))
 
 
+@dataclasses.dataclass(frozen=True)
+class HostGpu:
+    """One step's cost on each side: ``host_ms``, the wall time the host takes to issue it;
+    ``gpu_ms``, the device time of its work when the host is ahead. A step whose host time is
+    above its GPU time is bound by the host: the GPU waits for it."""
+
+    host_ms: float
+    gpu_ms: float | None  # None on a CPU
+
+    @property
+    def host_bound(self) -> bool:
+        return self.gpu_ms is not None and self.host_ms > self.gpu_ms
+
+
+def host_and_gpu_ms(fn: Callable[[], Any], device: torch.device, steps: int = 5, rounds: int = 3) -> HostGpu:
+    """Host and GPU milliseconds of one ``fn()``: the medians over ``rounds`` of ``steps`` calls.
+
+    On a GPU the calls are queued behind a sleeping kernel (``torch.cuda._sleep``), long enough
+    that the host issues all of them before the GPU starts the first: the host's wall time over
+    the calls is its own work alone (no wait for the GPU), and CUDA events after the sleep and
+    after the last call give the GPU's time with no gaps waiting for the host. On a CPU both are
+    the same, the wall time, and ``gpu_ms`` is None. A step of thousands of launches can fill
+    the GPU's launch queue behind the sleep; the host then waits, and ``host_ms`` is an upper
+    bound: keep ``steps`` small for such steps.
+    """
+    fn()
+    if device.type != "cuda":
+        samples = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            samples.append((time.perf_counter() - start) * 1e3 / steps)
+        return HostGpu(statistics.median(samples), None)
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize(device)
+    wall_ms = (time.perf_counter() - start) * 1e3  # an upper bound of the host's time for the calls
+    cycles_per_ms = _sleep_cycles_per_ms(device)
+    hosts, gpus = [], []
+    for _ in range(rounds):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(cycles_per_ms * (2 * wall_ms + 20)))
+        begin.record()
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        hosts.append((time.perf_counter() - start) * 1e3 / steps)
+        end.record()
+        torch.cuda.synchronize(device)
+        gpus.append(begin.elapsed_time(end) / steps)
+    return HostGpu(statistics.median(hosts), statistics.median(gpus))
+
+
+_SLEEP_CYCLES: dict[int, float] = {}
+
+
+def _sleep_cycles_per_ms(device: torch.device) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per millisecond on ``device``, measured once."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SLEEP_CYCLES:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # warm
+        begin.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize(device)
+        _SLEEP_CYCLES[index] = 10_000_000 / max(begin.elapsed_time(end), 1e-3)
+    return _SLEEP_CYCLES[index]
+
+
 def timed_call(fn: Callable[..., Any], inputs: Sequence[Any], device: torch.device) -> tuple[Any, float]:
     """One synchronized call: its outputs and its wall time in seconds."""
     synchronize(device)
