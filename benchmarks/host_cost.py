@@ -1,0 +1,278 @@
+"""Where the host's time goes in one compiled step of a zoo model: fuse's parts beside Inductor's.
+
+    PYTHONPATH=. python -m benchmarks.host_cost --models tv_resnet50,bert [--train] [--variants inductor,fuse]
+
+For each model and variant (eager, Inductor, fuse) it prints, per step:
+
+- ``host``: the host's wall time to issue one step, and ``gpu``: the GPU's time for it, measured
+  apart (``benchmarks.timing.host_and_gpu_ms``: steps queued behind a sleeping GPU). A step whose
+  host time is above its GPU time is bound by the host.
+- ``gc``: the time Python's garbage collector ran during the steps (``gc.callbacks``), and how
+  many collections of the oldest generation it made.
+- For fuse, the host time split by where it is spent, measured by timers put around fuse's own
+  functions while the steps run (so the parts add up to a little more than an untimed step):
+
+  ========== ===================================================================================
+  outside    the step less fuse's compiled functions: Dynamo's guards and frame, the model's
+             Python around its graphs, autograd's engine
+  aot        AOTAutograd's runtime wrappers around each graph
+  key        ``FusedGraph.__call__`` less the wrapper: the input signature and its lookup
+  alloc      the wrapper's buffer allocations
+  launch     kernel launches (``runtime.Launcher``)
+  wrapper    the rest of the generated wrapper: ATen calls (matrix products, convolutions,
+             attention), views, layout checks
+  ========== ===================================================================================
+
+- For Inductor, ``outside`` (as above) and ``compiled``: Inductor's compiled graphs' calls (its
+  wrapper, launches and ATen calls), with ``aot`` between them.
+
+Fresh processes give the spread between runs: ``--repeat-in-processes 3`` runs each model in three
+new processes, one after the other, and prints every one's times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import functools
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+import fusebackend
+from benchmarks.timing import TimingConfig, host_and_gpu_ms, median_ms
+from benchmarks.zoo.registry import ZOO
+
+
+class Timers:
+    """Seconds spent inside each wrapped function, counted once however deeply calls nest."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.on = False
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.on:
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+                self.calls[name] += 1
+
+        return timed
+
+
+@contextlib.contextmanager
+def patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
+
+
+@contextlib.contextmanager
+def fuse_timers(timers: Timers) -> Iterator[None]:
+    """Timers around fuse's compiled entry, each graph, each wrapper, launch and allocation.
+
+    Set before the model is compiled: wrappers bind their allocators and entries when compiled.
+    """
+    from fusebackend import backend
+    from fusebackend.kernels import runtime
+
+    original_allocators = runtime.allocators
+
+    def allocators(device: torch.device) -> tuple[Any, Any]:
+        fast, general = original_allocators(device)
+        return (timers.wrap("alloc", fast) if fast is not None else None), timers.wrap("alloc", general)
+
+    original_entry_init = backend._Entry.__init__
+
+    def entry_init(self: Any, call: Callable[..., Any], proven: bool) -> None:
+        original_entry_init(self, timers.wrap("wrapper_total", call), proven)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(patched(runtime, "allocators", allocators))
+        stack.enter_context(patched(backend._Entry, "__init__", entry_init))
+        stack.enter_context(patched(runtime.Launcher, "__call__",
+                                    timers.wrap("launch", runtime.Launcher.__call__)))
+        graph_call = backend.FusedGraph.__call__
+        timed_graph = {kind: timers.wrap(f"graph_{kind}", graph_call) for kind in ("backward", "other")}
+
+        def call_graph(self: Any, *args: Any) -> Any:
+            return timed_graph["backward" if self.name.startswith("backward") else "other"](self, *args)
+
+        stack.enter_context(patched(backend.FusedGraph, "__call__", call_graph))
+        stack.enter_context(patched(backend._DynamoGraphOnFailure, "__call__",
+                                    timers.wrap("entry_total", backend._DynamoGraphOnFailure.__call__)))
+        yield
+
+
+@contextlib.contextmanager
+def inductor_timers(timers: Timers) -> Iterator[None]:
+    from torch._inductor import output_code
+
+    cls = output_code.CompiledFxGraph
+    with patched(cls, "__call__", timers.wrap("compiled", cls.__call__)):
+        yield
+
+
+class GcClock:
+    """Time spent in Python's garbage collector, and its collections of the oldest generation."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._start = 0.0
+        self.on = False
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info.get("generation") == 2
+
+
+def build_step(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype) -> Callable[[], Any]:
+    built = ZOO[name].build("real" if device.type == "cuda" else "tiny", device, dtype)
+    model = built.model.train(train)
+    call: Callable[..., Any] = model
+    if variant == "inductor":
+        call = torch.compile(model)
+    elif variant == "fuse":
+        call = torch.compile(model, backend=fusebackend.fuse)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    if train:
+        def step() -> Any:
+            for p in params:
+                p.grad = None
+            built.loss(call(**built.train_inputs)).backward()
+    else:
+        def step() -> Any:
+            with torch.no_grad():
+                return call(**built.inputs)
+    return step
+
+
+def measure(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype,
+            steps: int) -> dict[str, Any]:
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    timers = Timers()
+    scope = fuse_timers if variant == "fuse" else inductor_timers if variant == "inductor" else None
+    with scope(timers) if scope else contextlib.nullcontext():
+        step = build_step(name, variant, train, device, dtype)
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        first_s = time.perf_counter() - start
+        step()
+        clock = GcClock()
+        gc.callbacks.append(clock)
+        try:
+            clock.on = True
+            plain = host_and_gpu_ms(step, device, steps=steps)  # untimed: fuse's timers are off
+            clock.on = False
+            timers.on = True
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            timed_host_ms = (time.perf_counter() - start) * 1e3 / steps
+            timers.on = False
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        finally:
+            gc.callbacks.remove(clock)
+        bench = median_ms(step, device, TimingConfig()) if device.type == "cuda" else None
+    per_step = {k: v * 1e3 / steps for k, v in timers.seconds.items()}
+    parts: dict[str, float] = {}
+    if variant == "fuse":
+        entry = per_step.get("entry_total", 0.0)  # forward and inference graphs, through AOTAutograd
+        backward = per_step.get("graph_backward", 0.0)  # called by autograd's engine
+        graph = per_step.get("graph_other", 0.0) + backward
+        wrapper = per_step.get("wrapper_total", 0.0)
+        parts = {
+            "outside": timed_host_ms - entry - backward,
+            "aot": entry - per_step.get("graph_other", 0.0),
+            "key": graph - wrapper,
+            "alloc": per_step.get("alloc", 0.0),
+            "launch": per_step.get("launch", 0.0),
+            "wrapper": wrapper - per_step.get("alloc", 0.0) - per_step.get("launch", 0.0),
+        }
+    elif variant == "inductor":
+        compiled = per_step.get("compiled", 0.0)
+        parts = {"outside": timed_host_ms - compiled, "compiled": compiled}
+    return {
+        "model": name, "variant": variant, "mode": "train" if train else "inference",
+        "first_call_s": first_s, "host_ms": plain.host_ms, "gpu_ms": plain.gpu_ms, "do_bench_ms": bench,
+        "timed_host_ms": timed_host_ms, "parts": parts,
+        "calls": {k: v // steps for k, v in timers.calls.items()},
+        "gc_ms": clock.seconds * 1e3 / steps / 3, "gc_full": clock.full,  # host_and_gpu_ms runs 3 rounds
+        "kernels": sum(a.kernel_count for a in fusebackend.history()) if variant == "fuse" else None,
+        "eager_graphs": fusebackend.metrics.eager_graphs if variant == "fuse" else None,
+    }
+
+
+def row_text(r: dict[str, Any]) -> str:
+    gpu = f"{r['gpu_ms']:.3f}" if r["gpu_ms"] is not None else "-"
+    bench = f"{r['do_bench_ms']:.3f}" if r["do_bench_ms"] is not None else "-"
+    parts = "  ".join(f"{k} {v:.3f}" for k, v in r["parts"].items())
+    bound = " HOST-BOUND" if r["gpu_ms"] is not None and r["host_ms"] > r["gpu_ms"] else ""
+    return (f"{r['model']:24s} {r['mode']:9s} {r['variant']:8s} do_bench {bench:>7s}  host {r['host_ms']:.3f}  "
+            f"gpu {gpu}  gc {r['gc_ms']:.3f} ({r['gc_full']} full){bound}\n{'':44s}{parts}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.host_cost", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--variants", default="eager,inductor,fuse")
+    parser.add_argument("--train", action="store_true")
+    parser.add_argument("--steps", type=int, default=5, help="steps per round (fewer for big training steps)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default=None, choices=("bf16", "fp32"))
+    parser.add_argument("--repeat-in-processes", type=int, default=0,
+                        help="run each model and variant in this many fresh processes instead of this one")
+    parser.add_argument("--json", default=None, help="append each result as a JSON line to this file")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, None: None}[args.dtype]
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    for name in args.models.split(","):
+        if args.repeat_in_processes:
+            for _ in range(args.repeat_in_processes):  # every variant in each process, as a user runs them
+                cmd = [sys.executable, "-m", "benchmarks.host_cost", "--models", name, "--variants", args.variants,
+                       "--steps", str(args.steps), "--device", args.device]
+                cmd += ["--train"] if args.train else []
+                cmd += ["--json", args.json] if args.json else []
+                cmd += ["--dtype", args.dtype] if args.dtype else []
+                subprocess.run(cmd, check=False, env=dict(os.environ))
+            continue
+        for variant in args.variants.split(","):
+            with fusebackend.config.patch(interpret=device.type == "cpu"):
+                result = measure(name, variant, args.train, device, dtype, args.steps)
+            print(row_text(result), flush=True)
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
