@@ -62,7 +62,8 @@ class _Entry:
 class FusedGraph:
     """A graph from AOTAutograd, compiled per input signature; called with a list of inputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, to_dynamo_graph: bool = False) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, name: str, to_dynamo_graph: bool = False,
+                 user_outputs: int | None = None) -> None:
         # Called with one list of inputs that it may clear (AOTAutograd's boxed convention); an
         # instance attribute, so that wrappers made with functools.wraps carry it too.
         self._boxed_call = True
@@ -71,6 +72,8 @@ class FusedGraph:
         # On failure: hand the call back to Dynamo's graph (forward and inference graphs), or
         # run this graph's own ATen ops one by one (backward graphs)
         self.to_dynamo_graph = to_dynamo_graph
+        # how many first outputs the user sees (a forward graph's others are saved for backward)
+        self.user_outputs = user_outputs
         self.cache: dict[tuple, _Entry] = {}
         self.mutates = any(
             isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
@@ -105,7 +108,7 @@ class FusedGraph:
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""
-                compiled = compile_graph(self.gm, args, self.name + suffix)
+                compiled = compile_graph(self.gm, args, self.name + suffix, self.user_outputs)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
@@ -131,9 +134,21 @@ class FusedGraph:
 
 def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], FusedGraph]:
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FusedGraph:
-        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}", to_dynamo_graph=kind != "backward")
+        user_outputs = _forward_returns() if kind == "forward" else None
+        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}", to_dynamo_graph=kind != "backward",
+                          user_outputs=user_outputs)
 
     return compile_fn
+
+
+def _forward_returns() -> int | None:
+    """How many of the forward graph being compiled's first outputs the user sees (mutated
+    inputs, the model's outputs, their bases); the rest are saved for the backward graph. From
+    AOTAutograd's metadata for the graph; None where it is not there (all are the user's)."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    returns = getattr(meta, "num_forward_returns", None)
+    return returns if isinstance(returns, int) else None
 
 
 class _DynamoGraphOnFailure:

@@ -55,6 +55,10 @@ class Config:
     # capability 9.0 and later). Off by default until measured on whole models: see
     # ``runtime.use_pdl``.
     pdl: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_PDL", 0) != 0)
+    # FUSE_CONV_LAYOUT: the memory format of 2-d convolutions' inputs (lowering/layouts.py):
+    # "auto" makes them channels-last on a GPU, where cuDNN's fast kernels want it; "channels_last"
+    # does so on every device; "keep" leaves every tensor in the layout eager gives it.
+    conv_layout: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_CONV_LAYOUT", "auto"))
     # FUSE_CHECK_KERNELS: 1 compiles graphs that, on every call, compare each buffer a kernel or
     # ATen call stores with the value eager computes for the same ATen node, and record the
     # comparisons (``fusebackend.checking``). Slow: for finding the first wrong kernel.

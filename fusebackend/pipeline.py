@@ -18,11 +18,13 @@ class CompiledGraph:
     artifacts: dump.CompiledArtifacts
 
 
-def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> CompiledGraph:
-    """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints)."""
+def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
+                  user_outputs: int | None = None) -> CompiledGraph:
+    """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints); the first
+    ``user_outputs`` outputs (all where None) are the user's, in eager's layouts."""
     seconds: dict[str, float] = {}
     with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
-        graph, moved = lowering.lower(gm, args, name)
+        graph, moved = lowering.lower(gm, args, name, user_outputs)
     _check_device(graph.device)
     with metrics.timed("verify", seconds):  # the IR's invariants
         ir.verify(graph)

@@ -41,6 +41,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics
+from fusebackend.lowering import layouts
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_reason
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
@@ -248,7 +249,8 @@ def is_view_op(op: torch._ops.OpOverload) -> bool:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
+                 user_outputs: int | None = None) -> None:
         self.gm = gm
         self.args = list(args)
         self.name = name
@@ -270,6 +272,10 @@ class GraphLowering:
         self.fx_values: dict[str, str] = {}  # buffer -> FX node whose value it holds
         self.foreign: set[str] = set()  # extern results on another device (ir.IRGraph.foreign)
         self.origin = ""
+        # layouts.py: 2-d convolutions read channels-last inputs; the first ``user_outputs``
+        # outputs (all where None) keep eager's layout once some tensor's layout was changed
+        self.channels_last = layouts.wants_channels_last(self.device)
+        self.user_outputs = user_outputs
 
     # ---------------------------------------------------------------------------- helpers
     def _new_name(self) -> str:
@@ -322,6 +328,8 @@ class GraphLowering:
                     self._lookup(node.args[0]),
                 )
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+                if self.channels_last:  # a layout may have changed here, or in the forward graph
+                    outputs = self._eager_output_layouts(node, outputs)
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op != "placeholder":
@@ -395,6 +403,8 @@ class GraphLowering:
             if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
             return result
+        if target is aten.convolution.default and self.channels_last:
+            args = (self._channels_last(args[0]), *args[1:])
         try:
             out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
         except Exception as exc:  # no meta kernel: the traced value says what it returns
@@ -432,6 +442,42 @@ class GraphLowering:
                               "it runs as an ATen call", stacklevel=2)
             return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
+
+    def _channels_last(self, x: Any) -> Any:
+        """``x`` as a channels-last tensor (layouts.py): itself, or a generated copy."""
+        if not (isinstance(x, TensorArg) and layouts.needs_conversion(x.meta)):
+            return x
+        sizes = tuple(x.meta.shape)
+        meta = torch.empty_strided(sizes, layouts.channels_last_strides(sizes), dtype=x.dtype, device="meta")
+        return self._copy_as(x, meta, "channels-last input of a convolution")
+
+    def _copy_as(self, x: TensorArg, meta: torch.Tensor, why: str) -> TensorArg:
+        clone = aten.clone.default
+        copied = self.lower_node(clone, POINTWISE[clone], (x,), {}, meta)
+        self.nodes[-1] = dataclasses.replace(self.nodes[-1], origin=f"{clone} ({why})")
+        return copied
+
+    def _eager_output_layouts(self, node: torch.fx.Node, outputs: list[Any]) -> list[Any]:
+        """Outputs the user sees in the layout eager gives them, where the graph's changed
+        layouts (layouts.py) made them another: a copy, which fuses into the kernel computing
+        the value."""
+        traced = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        keep = len(outputs) if self.user_outputs is None else min(self.user_outputs, len(outputs))
+        result = list(outputs)
+        for k in range(keep):
+            view, fx_node = outputs[k], traced[k]
+            val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+            if not (isinstance(view, ir.View) and isinstance(val, torch.Tensor)):
+                continue
+            strides = tuple(val.stride())
+            if (strides == view.strides or not all(isinstance(s, int) for s in strides)
+                    or tuple(val.shape) != view.sizes or not indexing.is_dense(view.sizes, strides)):
+                continue
+            meta = torch.empty_strided(view.sizes, strides, dtype=view.dtype, device="meta")
+            source = TensorArg(view, torch.empty_strided(view.sizes, view.strides, dtype=view.dtype, device="meta"))
+            self.node = None
+            result[k] = self._copy_as(source, meta, "an output in eager's layout").view
+        return result
 
     def view(self, args: Any, out_meta: Any) -> Any:
         base = args[0]
@@ -651,7 +697,9 @@ class GraphLowering:
         """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
         if counted:
             metrics.fallbacks[target.overloadpacket.__name__] += 1
-        if self.node is not None:
+        if target in layouts.CONVOLUTIONS and self.channels_last:
+            out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta)
+        elif self.node is not None:
             out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []
@@ -693,8 +741,12 @@ class GraphLowering:
         return rebuild(out_meta, ())
 
 
-def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str) -> tuple[ir.IRGraph, list[int]]:
-    """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device."""
-    lowering = GraphLowering(gm, args, name)
+def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
+          user_outputs: int | None = None) -> tuple[ir.IRGraph, list[int]]:
+    """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device.
+
+    ``user_outputs``: how many of the graph's first outputs the user sees (the rest are saved for
+    a backward graph); these keep eager's layouts. None: all of them."""
+    lowering = GraphLowering(gm, args, name, user_outputs)
     graph = prove_positions(lowering.run())  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs

@@ -1,0 +1,84 @@
+"""Memory formats around 2-d convolutions: channels-last where cuDNN's fast kernels want it.
+
+On NVIDIA GPUs cuDNN's fast convolution kernels read and write channels-last (NHWC) tensors.
+Handed NCHW tensors, ATen converts the input, the weight and the result around every cuDNN call,
+and runs depthwise convolutions with its own slower NCHW kernel. In torchvision's ResNet-50 (b64,
+bf16, H100, torch 2.11, 2026-11-24) those conversions were 69 kernels and 1.1 ms of the step's
+4.6 ms of GPU time, each launched by the host inside the ATen call; Inductor, which makes the
+tensors around convolutions channels-last, had none.
+
+So, on a GPU (``config.conv_layout``: ``auto``), the lowering makes every 2-d convolution's input
+channels-last before the call, by a generated copy that fuses into the kernel producing the
+input. ATen returns a channels-last result, the pointwise work after it keeps that layout (each
+op's meta output follows its inputs), and the next convolution's input is channels-last already:
+a chain of convolutions, normalizations and activations converts once, at its start.
+
+Graph outputs that the user sees keep the layout eager gives them (a generated copy where it
+differs, fused into the kernel that computes the value); tensors a forward graph saves for its
+backward keep the channels-last layout, and the backward graph, compiled for the tensors it is
+handed, works in it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fusebackend.config import config
+
+aten = torch.ops.aten
+
+CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
+MODES = ("auto", "channels_last", "keep")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def wants_channels_last(device: torch.device) -> bool:
+    """Whether this graph's 2-d convolutions take channels-last inputs (``config.conv_layout``)."""
+    mode = config.conv_layout
+    if mode not in MODES:
+        raise ValueError(f"FUSE_CONV_LAYOUT={mode!r}: choose from {', '.join(MODES)}")
+    return mode == "channels_last" or (mode == "auto" and device.type == "cuda")
+
+
+def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = sizes
+    return (c * h * w, 1, w * c, c)
+
+
+def is_channels_last(meta: torch.Tensor) -> bool:
+    return meta.dim() == 4 and meta.is_contiguous(memory_format=torch.channels_last)
+
+
+def needs_conversion(meta: torch.Tensor) -> bool:
+    """A 4-dim floating tensor, not channels-last, that a 2-d convolution will read."""
+    return meta.dim() == 4 and meta.dtype in _FLOATS and meta.numel() > 0 and not is_channels_last(meta)
+
+
+def result_layout(target: Any, metas: tuple[Any, ...], out_meta: Any) -> Any:
+    """``out_meta`` with the layouts ATen's convolutions give on the device, where the meta
+    functions do not know them: cuDNN (and oneDNN on the CPU) return a channels-last result, a
+    channels-last input gradient and a channels-last weight gradient when the input or the
+    weight is channels-last; the meta backward returns contiguous gradients. The wrapper checks
+    every extern's result against its declared layout and copies where they differ, so a wrong
+    guess here costs a copy, never a wrong answer."""
+    if target is aten.convolution.default:
+        x, weight = metas[0], metas[1]
+        if isinstance(out_meta, torch.Tensor) and out_meta.dim() == 4 and (is_channels_last(x) or is_channels_last(weight)):
+            return _as_channels_last(out_meta)
+        return out_meta
+    if target is aten.convolution_backward.default:
+        x, weight = metas[1], metas[2]
+        if x.dim() != 4 or not (is_channels_last(x) or is_channels_last(weight)):
+            return out_meta
+        grad_input, grad_weight, grad_bias = out_meta
+        return (_as_channels_last(grad_input), _as_channels_last(grad_weight), grad_bias)
+    return out_meta
+
+
+def _as_channels_last(meta: Any) -> Any:
+    if not isinstance(meta, torch.Tensor) or meta.dim() != 4:
+        return meta
+    shape = tuple(meta.shape)
+    return torch.empty_strided(shape, channels_last_strides(shape), dtype=meta.dtype, device="meta")

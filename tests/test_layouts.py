@@ -1,0 +1,158 @@
+"""Channels-last around 2-d convolutions (``lowering/layouts.py``).
+
+On a GPU (``FUSE_CONV_LAYOUT=auto``) every 2-d convolution reads a channels-last input; here, on
+the CPU, ``conv_layout="channels_last"`` turns the same rule on (oneDNN's convolutions, like
+cuDNN's, return channels-last results for channels-last inputs). Each test compares with eager
+and asserts what the wrapper passes to the convolutions, how many kernels the graph becomes,
+that every extern result came back in the layout the graph declared for it (no copy at run
+time), and that what the user sees keeps eager's layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fusebackend
+from fusebackend.kernels import runtime
+from helpers import assert_same, compile_fn, kernel_count
+
+
+@pytest.fixture
+def layout_copies(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Extern results that came back in another layout than declared (and were copied)."""
+    copies: list[str] = []
+    original = runtime.expect_layout
+
+    def counting(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+        if t.stride() != tuple(stride) and t.numel() > 1:
+            copies.append(f"{tuple(t.stride())} -> {tuple(stride)}")
+        return original(t, size, stride)
+
+    monkeypatch.setattr(runtime, "expect_layout", counting)
+    yield copies
+
+
+def wrapper_source() -> str:
+    return "\n".join(a.wrapper for a in fusebackend.history())
+
+
+class Block(nn.Module):
+    """conv -> batch norm -> relu -> depthwise conv -> batch norm + residual -> relu -> pool."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, groups=c)
+        self.bn2 = nn.BatchNorm2d(c)
+        self.head = nn.Linear(c, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)) + y)
+        return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_convolutions_read_channels_last_inputs(layout_copies: list[str]) -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 3, 9, 7)
+    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+        expected = model(x)
+        actual = compile_fn(model)(x)
+    assert_same(actual, expected)
+    assert actual.stride() == expected.stride()
+    assert fusebackend.metrics.eager_graphs == 0
+    source = wrapper_source()
+    # the image is made channels-last by a kernel of its own; the second convolution's input is
+    # written channels-last by the kernel that computes it (batch norm and relu), no copy
+    assert source.count("aten.convolution.default") == 2
+    assert not layout_copies, layout_copies
+    assert "\n".join(a.ir for a in fusebackend.history()).count("channels-last input of a convolution") == 1
+    relaid = kernel_count()
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    with fusebackend.config.patch(conv_layout="keep"), torch.no_grad():
+        compile_fn(model)(x)
+    assert relaid == kernel_count() + 1  # the image's copy; the layer's kernels write channels-last
+
+
+def test_keep_leaves_layouts_as_eager_gives_them(layout_copies: list[str]) -> None:
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(2, 3, 9, 7)
+    with fusebackend.config.patch(conv_layout="keep"), torch.no_grad():
+        expected = model(x)
+        actual = compile_fn(model)(x)
+    assert_same(actual, expected)
+    assert "channels-last" not in "\n".join(a.ir for a in fusebackend.history())
+
+
+def test_outputs_keep_eagers_layout() -> None:
+    """A convolution's channels-last result that the graph returns is copied back to NCHW."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3)
+    x = torch.randn(2, 4, 8, 8)
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = conv(x)
+        return y, torch.sigmoid(y)
+
+    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+        expected = fn(x)
+        actual = compile_fn(fn)(x)
+    assert_same(actual, expected)
+    assert [a.stride() for a in actual] == [e.stride() for e in expected]
+    assert all(a.is_contiguous() for a in actual)
+
+
+def test_channels_last_inputs_need_no_copy(layout_copies: list[str]) -> None:
+    torch.manual_seed(0)
+    model = Block().eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 9, 7).to(memory_format=torch.channels_last)
+    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+        expected = model(x)
+        actual = compile_fn(model)(x)
+    assert_same(actual, expected)
+    assert "channels-last input of a convolution" not in "\n".join(a.ir for a in fusebackend.history())
+    assert not layout_copies, layout_copies
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_training_step_gradients_and_their_layouts(dtype: torch.dtype, layout_copies: list[str]) -> None:
+    torch.manual_seed(0)
+    model = Block().train().to(dtype)
+    x = torch.randn(2, 3, 9, 7, dtype=dtype)
+
+    def step(call: Any) -> list[torch.Tensor]:
+        for p in model.parameters():
+            p.grad = None
+        call(x).float().pow(2).mean().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    expected = step(model)
+    expected_buffers = [b.clone() for b in model.buffers()]
+    model.load_state_dict(state)
+    with fusebackend.config.patch(conv_layout="channels_last"):
+        actual = step(compile_fn(model))
+    assert fusebackend.metrics.eager_graphs == 0
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, **tol)
+        assert a.stride() == e.stride()
+    for a, e in zip(model.buffers(), expected_buffers):
+        torch.testing.assert_close(a, e, **tol)
+    assert not layout_copies, layout_copies
+
+
+def test_unknown_mode_is_an_error() -> None:
+    conv = nn.Conv2d(2, 2, 1)
+    with fusebackend.config.patch(conv_layout="nhwc"), pytest.warns(UserWarning, match="FUSE_CONV_LAYOUT"):
+        compile_fn(conv)(torch.randn(1, 2, 3, 3))
+    assert fusebackend.metrics.eager_graphs == 1
