@@ -132,17 +132,31 @@ def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) 
     assert worst.ratio <= 1.0
 
 
-def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path) -> None:
-    """``python -m benchmarks.zoo --tiny`` on one model: eager and fuse, a table and the JSON."""
+def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m benchmarks.zoo --tiny`` on one model in both modes: eager and fuse, checked and
+    timed, a table and the JSON."""
     from benchmarks.zoo import run
 
-    # --keep-caches: the kernels compiled by the inference test above, in the test session's cache
+    # --keep-caches: the kernels compiled by the tests above, in the test session's cache
     rows = run.main(["--tiny", "--models", "gpt2", "--out", str(tmp_path), "--repeats", "1", "--keep-caches"])
-    assert [r.model for r in rows] == ["gpt2"]
-    row = rows[0]
-    assert row.status == "ok", row
-    assert row.fuse is not None and row.fuse.eager_graphs == 0
-    assert row.fuse.error is not None and row.fuse.error <= OUTPUT_TOL
+    assert [(r.model, r.mode) for r in rows] == [("gpt2", "inference"), ("gpt2", "train")]
+    for row in rows:
+        assert row.status == "ok", row
+        assert [v.variant for v in row.variants] == ["eager", "fuse"]
+        f = row.fuse
+        assert f is not None and f.status == "ok" and f.eager_graphs == 0, f
+        assert f.error is not None and f.error <= OUTPUT_TOL, f
+        assert f.kernels and f.first_call_s and f.first_call_s > 0, f
+        for v in row.variants:
+            assert v.median_ms is not None and v.median_ms > 0, v
+            assert v.host_ms is not None and 0 < v.host_ms < float("inf"), v
+            # on a CPU: no GPU time, no device memory, no launches
+            assert v.gpu_ms is None and v.peak_mib is None and v.launches is None, v
+        assert f.speedup is not None and f.speedup == pytest.approx(row.eager.median_ms / f.median_ms)
     saved = json.loads((tmp_path / "zoo_tiny.json").read_text())
-    assert saved["rows"][0]["model"] == "gpt2"
-    assert (tmp_path / "zoo_tiny.md").exists()
+    assert [(r["model"], r["mode"]) for r in saved["rows"]] == [("gpt2", "inference"), ("gpt2", "train")]
+    assert saved["environment"]["modes"] == ["inference", "train"]
+    assert all(v["host_ms"] > 0 for r in saved["rows"] for v in r["variants"])
+    assert "| gpt2 | train |" in (tmp_path / "zoo_tiny.md").read_text()
+    assert "geomean speedup over eager, all: fuse" in capsys.readouterr().out
+
