@@ -7,6 +7,9 @@ whether fuse's error is at most twice Inductor's, fuse's graphs that ran eagerly
 kernels and its ATen calls by op. A column with nothing measured in any row (peak memory and
 launches on a CPU, Inductor's with ``--variants eager,fuse``) is left out. The JSON holds every
 number unrounded and every message; the Markdown adds the environment and the messages.
+
+``load(paths)`` reads saved JSON files back (several merged into one set of rows), so that the
+table, the summary and the chart (``chart.py``) can be made again without running anything.
 """
 
 from __future__ import annotations
@@ -287,3 +290,60 @@ def write(rows: Sequence["ZooRow"], env: dict[str, Any], folder: str, name: str)
     with open(md_path, "w") as f:
         f.write(markdown(rows, env))
     return [json_path, md_path]
+
+
+def _known(cls: type, item: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` in ``item``: a file from an older runner lacks some, and the JSON
+    adds derived ones (``fuse_within_2x_inductor``)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in item.items() if k in names}
+
+
+def from_json(data: dict[str, Any]) -> tuple[list["ZooRow"], dict[str, Any]]:
+    from benchmarks.zoo.run import VariantStats, ZooRow
+
+    rows = []
+    for item in data.get("rows", []):
+        fields = _known(ZooRow, item)
+        fields["variants"] = [VariantStats(**_known(VariantStats, v)) for v in item.get("variants", [])]
+        rows.append(ZooRow(**fields))
+    env = dict(data.get("environment", {}))
+    if "modes" not in env:  # written before both modes ran in one file: "mode" was the run's
+        env["modes"] = [m for m in MODES if any(r.mode == m for r in rows)]
+    return rows, env
+
+
+def _merge_environments(envs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One environment for rows from several runs: a key whose values agree keeps its value, one
+    whose values differ lists them apart with `` / ``; the modes are the union."""
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(k for e in envs for k in e):
+        values = [e[key] for e in envs if key in e]
+        if key == "modes":
+            merged[key] = [m for m in MODES if any(m in v for v in values)]
+            continue
+        distinct = list(dict.fromkeys(json.dumps(v, default=str) for v in values))
+        merged[key] = values[0] if len(distinct) == 1 else " / ".join(str(json.loads(d)) for d in distinct)
+    return merged
+
+
+def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list["ZooRow"], dict[str, Any]]:
+    """Rows and environment from saved JSON files, in order. A model and mode in several files
+    keeps the last file's row (a rerun replaces the first), said through ``log``."""
+    rows: dict[tuple[str, str], "ZooRow"] = {}
+    where: dict[tuple[str, str], str] = {}
+    envs = []
+    for path in paths:
+        with open(path) as f:
+            file_rows, env = from_json(json.load(f))
+        envs.append(env)
+        for r in file_rows:
+            key = (r.model, r.mode)
+            if key in rows:
+                log(f"{r.model} ({r.mode}) is in {where[key]} and {path}: {path}'s row is kept")
+                del rows[key]
+            rows[key], where[key] = r, path
+    env = _merge_environments(envs)
+    if len(paths) > 1:
+        env["sources"] = list(paths)
+    return list(rows.values()), env

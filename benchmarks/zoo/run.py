@@ -1,6 +1,7 @@
-"""The zoo runner: eager, Inductor and fuse on real architectures, checked and timed.
+"""The zoo runner: eager, Inductor and fuse on real architectures, checked, timed and charted.
 
     python -m benchmarks.zoo [--models gpt2,resnet] [--mode inference|train|both] [--tiny] [--out DIR]
+    python -m benchmarks.zoo --chart-from DIR/zoo.json[,OTHER.json] [--out DIR]
 
 For each model (the real size in bf16 on a GPU; ``--tiny``: the tiny size in fp32 on a CPU, eager
 and fuse only, for a smoke test), each mode and each variant:
@@ -26,7 +27,8 @@ step and the kernels it launches (``measure.py``). ``--no-timing`` leaves out th
 
 One model failing (an exception, out of memory) is reported as ``ERROR`` with the message and the
 others run; results are written after every model to ``zoo[_tiny][_train|_inference].json`` and
-``.md`` in ``--out`` (default ``$OUT`` if set, else ``./bench_out``). A progress bar (tqdm) shows the
+``.md`` in ``--out`` (default ``$OUT`` if set, else ``./bench_out``), and at the end the chart of
+the speedups (``chart.py``) to the ``.png`` of the same name. A progress bar (tqdm) shows the
 model running; each model's result is one line above it.
 """
 
@@ -45,7 +47,7 @@ import torch
 import fusebackend
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
-from benchmarks.zoo import report
+from benchmarks.zoo import chart, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
 from benchmarks.zoo.measure import host_time, kernel_launches, peak_memory
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
@@ -299,7 +301,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
                         help="default bf16 on a GPU, fp32 on a CPU")
     parser.add_argument("--out", default=None,
-                        help="folder for zoo*.json and .md (default: $OUT if set, else ./bench_out)")
+                        help="folder for zoo*.json, .md and .png (default: $OUT if set, else ./bench_out; "
+                             "with --chart-from, the first file's folder)")
+    parser.add_argument("--chart-from", default=None, metavar="JSON[,JSON...]",
+                        help="run nothing: print the table and summary of saved zoo JSON files (several are "
+                             "merged) and write their chart to --out")
     parser.add_argument("--keep-caches", action="store_true",
                         help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
@@ -352,13 +358,31 @@ def select(names: str, mode: str) -> list[tuple[str, str]]:
     return items
 
 
-def print_results(rows: list[ZooRow], env: dict[str, Any]) -> None:
-    """The end of a run: the table and the summary."""
+def chart_from(paths: str, out: str | None) -> list[ZooRow]:
+    """``--chart-from``: the table, summary and chart of saved results, nothing run."""
+    files = [p.strip() for p in paths.split(",") if p.strip()]
+    missing = [p for p in files if not os.path.isfile(p)]
+    if not files or missing:
+        raise SystemExit(f"--chart-from: no such file: {', '.join(missing) or paths!r}")
+    rows, env = report.load(files)
+    modes = [m for m in report.MODES if any(r.mode == m for r in rows)]
+    print_results(rows, env, out or os.path.dirname(os.path.abspath(files[0])), report.stem(str(env.get("size", "")), modes))
+    return rows
+
+
+def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: str) -> None:
+    """The end of a run (or of ``--chart-from``): the table, the summary, and the chart written."""
     print()
     report.print_table(rows, title=f"zoo: {env.get('device')}, {env.get('dtype')}, {env.get('size')} size")
     text = report.summary(rows)
     if text:
         print("\n" + text)
+    try:
+        path = chart.render(rows, env, os.path.join(folder, name + ".png"))
+    except ImportError as exc:
+        print(f"\nno chart: {exc} (pip install -e '.[zoo]')")
+        return
+    print("\nno chart: no speedup was measured" if path is None else f"\nchart: {path}")
 
 
 def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
@@ -373,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
         for entry in ZOO.values():
             print(f"{entry.name:28s} {entry.library:13s} {entry.description}")
         return []
+    if args.chart_from:
+        return chart_from(args.chart_from, args.out)
     mode = mode_from(args)
     items = select(args.models, mode)
     options = options_from(args)
@@ -398,8 +424,8 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
                 bar.write(f"[{k}/{len(items)}] {report.progress(row)}")
                 paths = report.write(rows, env, out, name)
     if rows:
-        print_results(rows, env)
-        print(f"\nwrote {', '.join(paths)}")
+        print_results(rows, env, out, name)
+        print(f"wrote {', '.join(paths)}")
     return rows
 
 
