@@ -15,6 +15,10 @@ skip with the reason where those are not installed):
 
 Dropout is off in every zoo model, so the three runs compute the same function.
 
+The runner (``python -m benchmarks.zoo``) is run once on GPT-2's tiny configuration in both modes
+(its JSON, table, chart, and ``--chart-from`` on what it wrote), and its report merges results
+saved by separate runs.
+
 Time on 2 cores, cold kernel cache (2026-11-23): about 2.5 minutes for the file (45 s of inference,
 110 s of training steps, MobileNetV2's 17 blocks a quarter of it), up to twice that while other
 processes share the cores. ``pytest --zoo-train=core`` trains only ``TRAIN_SET`` (GPT-2, Llama,
@@ -26,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -38,6 +43,9 @@ from benchmarks.zoo.compare import (  # noqa: E402
     buffer_distances, cast_inputs, gradient_distances, output_error, output_names, output_tensors, relative_error,
     training_step,
 )
+
+if TYPE_CHECKING:
+    from benchmarks.zoo.run import ZooRow
 
 # Outputs against float64, relative to the output's largest magnitude, on top of twice eager's own
 # distance. fp32 rounds at about 1.2e-7 of that magnitude per operation; the compiled graph sums
@@ -132,17 +140,88 @@ def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) 
     assert worst.ratio <= 1.0
 
 
-def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path) -> None:
-    """``python -m benchmarks.zoo --tiny`` on one model: eager and fuse, a table and the JSON."""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m benchmarks.zoo --tiny`` on one model in both modes: eager and fuse, checked and
+    timed, a table, the JSON and the chart; then ``--chart-from`` renders the chart again from the
+    JSON alone."""
     from benchmarks.zoo import run
 
-    # --keep-caches: the kernels compiled by the inference test above, in the test session's cache
+    # --keep-caches: the kernels compiled by the tests above, in the test session's cache
     rows = run.main(["--tiny", "--models", "gpt2", "--out", str(tmp_path), "--repeats", "1", "--keep-caches"])
-    assert [r.model for r in rows] == ["gpt2"]
-    row = rows[0]
-    assert row.status == "ok", row
-    assert row.fuse is not None and row.fuse.eager_graphs == 0
-    assert row.fuse.error is not None and row.fuse.error <= OUTPUT_TOL
+    assert [(r.model, r.mode) for r in rows] == [("gpt2", "inference"), ("gpt2", "train")]
+    for row in rows:
+        assert row.status == "ok", row
+        assert [v.variant for v in row.variants] == ["eager", "fuse"]
+        f = row.fuse
+        assert f is not None and f.status == "ok" and f.eager_graphs == 0, f
+        assert f.error is not None and f.error <= OUTPUT_TOL, f
+        assert f.kernels and f.first_call_s and f.first_call_s > 0, f
+        for v in row.variants:
+            assert v.median_ms is not None and v.median_ms > 0, v
+            assert v.host_ms is not None and 0 < v.host_ms < float("inf"), v
+            # on a CPU: no GPU time, no device memory, no launches
+            assert v.gpu_ms is None and v.peak_mib is None and v.launches is None, v
+        assert f.speedup is not None and f.speedup == pytest.approx(row.eager.median_ms / f.median_ms)
     saved = json.loads((tmp_path / "zoo_tiny.json").read_text())
-    assert saved["rows"][0]["model"] == "gpt2"
-    assert (tmp_path / "zoo_tiny.md").exists()
+    assert [(r["model"], r["mode"]) for r in saved["rows"]] == [("gpt2", "inference"), ("gpt2", "train")]
+    assert saved["environment"]["modes"] == ["inference", "train"]
+    assert all(v["host_ms"] > 0 for r in saved["rows"] for v in r["variants"])
+    assert "| gpt2 | train |" in (tmp_path / "zoo_tiny.md").read_text()
+    assert (tmp_path / "zoo_tiny.png").read_bytes()[:8] == PNG_MAGIC
+    assert "geomean speedup over eager, all: fuse" in capsys.readouterr().out
+
+    again = tmp_path / "again"
+    charted = run.main(["--chart-from", str(tmp_path / "zoo_tiny.json"), "--out", str(again)])
+    assert [(r.model, r.mode, r.fuse.speedup) for r in charted] == [(r.model, r.mode, r.fuse.speedup) for r in rows]
+    assert (again / "zoo_tiny.png").read_bytes()[:8] == PNG_MAGIC
+    assert sorted(p.name for p in again.iterdir()) == ["zoo_tiny.png"]  # nothing run, nothing else written
+
+
+def _row(model: str, mode: str, fuse: float | None, inductor: float) -> "ZooRow":
+    from benchmarks.zoo.run import VariantStats, ZooRow
+
+    variants = [VariantStats("eager", "ref", median_ms=10.0, speedup=1.0, host_ms=1.0),
+                VariantStats("inductor", median_ms=10.0 / inductor, speedup=inductor, first_call_s=5.0)]
+    variants.append(VariantStats("fuse", "error", message="RuntimeError: boom") if fuse is None
+                    else VariantStats("fuse", median_ms=10.0 / fuse, speedup=fuse, first_call_s=3.0))
+    return ZooRow(model, mode, "b2 s16", variants=variants)
+
+
+def test_zoo_report_merges_saved_runs(tmp_path: pathlib.Path) -> None:
+    """Results saved by separate runs (separate GPU processes) make one set of rows, one summary
+    and one chart; a model and mode saved twice keeps the later file's row."""
+    from benchmarks.zoo import chart, report
+
+    env = {"device": "GPU A", "dtype": "bfloat16", "size": "real", "modes": ["inference"]}
+    report.write([_row("gpt2", "inference", 2.0, 4.0), _row("bert", "inference", 9.0, 9.0)], env,
+                 str(tmp_path / "a"), "zoo_inference")
+    report.write([_row("bert", "inference", 0.5, 1.0), _row("resnet", "train", None, 2.0)],
+                 dict(env, device="GPU B", modes=["train"]), str(tmp_path / "b"), "zoo")
+    notes: list[str] = []
+    rows, merged = report.load([str(tmp_path / "a" / "zoo_inference.json"), str(tmp_path / "b" / "zoo.json")],
+                               log=notes.append)
+    assert [(r.model, r.mode) for r in rows] == [("gpt2", "inference"), ("bert", "inference"), ("resnet", "train")]
+    assert rows[1].fuse.speedup == 0.5 and len(notes) == 1 and "bert (inference)" in notes[0]
+    assert rows[2].fuse.status == "error" and rows[2].fuse.speedup is None
+    assert merged["device"] == "GPU A / GPU B" and merged["dtype"] == "bfloat16"
+    assert merged["modes"] == ["inference", "train"]
+    assert report.stem(merged["size"], merged["modes"]) == "zoo"
+    # fuse: 2 and 0.5 (its training step failed); Inductor: 4, 1 and 2
+    assert report.geomean(report.speedups(rows, "fuse")) == pytest.approx(1.0)
+    assert report.geomean(report.speedups(rows, "inductor")) == pytest.approx(2.0)
+    text = report.summary(rows)
+    assert "all: fuse 1.00x over 2, Inductor 2.00x over 3" in text
+    assert "fuse slower than Inductor in 2: gpt2 (inference) 2.00x vs 4.00x, bert (inference) 0.50x vs 1.00x" in text
+    plain = report.table(rows)
+    assert "peak MiB" not in plain and "cold compile s i/f" in plain  # nothing measured: no column
+    assert "resnet (train) fuse: RuntimeError: boom" in plain
+    path = chart.render(rows, merged, str(tmp_path / "zoo.png"))
+    assert path is not None and pathlib.Path(path).read_bytes()[:8] == PNG_MAGIC
+    untimed = [_row("gpt2", "inference", 1.0, 1.0)]
+    for v in untimed[0].variants:
+        v.speedup = v.median_ms = None
+    assert chart.render(untimed, merged, str(tmp_path / "none.png")) is None
+    assert not (tmp_path / "none.png").exists()

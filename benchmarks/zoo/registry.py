@@ -2,8 +2,8 @@
 
 ``ZOO`` is ordered: transformers' language models, its vision and audio models, then torchvision
 and timm (which import only on some machines). ``TRAIN_SET`` names the models whose tiny training
-step the CPU tests run on every run (``tests/test_zoo.py``); ``TRAIN_REAL`` those the GPU runner's
-``--train`` runs by default.
+step the CPU tests run on every run (``tests/test_zoo.py``); ``TRAIN_REAL`` those whose training step
+the runner (``python -m benchmarks.zoo``) runs by default, after every model's inference.
 """
 
 from __future__ import annotations

@@ -1,28 +1,39 @@
-"""The zoo runner's results as a table, Markdown and JSON.
+"""The zoo runner's results as a terminal table, Markdown, JSON and a summary.
 
-One line per model: its batch, each variant's median time (and speedup over eager), the error of
-Inductor and of fuse against eager, whether fuse's error is at most twice Inductor's, fuse's graphs
-that ran eagerly, and fuse's ATen fallbacks by op. The JSON holds every number unrounded and every
-message; the Markdown adds the environment and the messages.
+One line per model and mode (inference or training step): its batch, each variant's median time
+(and speedup over eager), host time per step, cold compile seconds, peak memory and kernel
+launches per step for eager, Inductor and fuse, the error of Inductor and of fuse against eager,
+whether fuse's error is at most twice Inductor's, fuse's graphs that ran eagerly, its generated
+kernels and its ATen calls by op. A column with nothing measured in any row (peak memory and
+launches on a CPU, Inductor's with ``--variants eager,fuse``) is left out. The JSON holds every
+number unrounded and every message; the Markdown adds the environment and the messages.
+
+``load(paths)`` reads saved JSON files back (several merged into one set of rows), so that the
+table, the summary and the chart (``chart.py``) can be made again without running anything.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import platform
-from typing import Any, TYPE_CHECKING
+import sys
+from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING
 
 import torch
 
 import fusebackend
+from benchmarks.zoo.measure import host_method
 
 if TYPE_CHECKING:
     from benchmarks.zoo.run import RunOptions, VariantStats, ZooRow
 
+MODES = ("inference", "train")
 
-def environment(options: "RunOptions") -> dict[str, Any]:
+
+def environment(options: "RunOptions", modes: Sequence[str]) -> dict[str, Any]:
     import triton
 
     try:
@@ -35,17 +46,25 @@ def environment(options: "RunOptions") -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-        "mode": "training step" if options.train else "inference",
+        "modes": list(modes),
         "size": options.size,
         "dtype": str(options.dtype).replace("torch.", ""),
         "variants": list(options.variants),
         "timing": options.timing.method(device) if options.timed else "not measured (--no-timing)",
+        "host_timing": host_method(device, options.timing) if options.timed else "not measured (--no-timing)",
         "torch": torch.__version__,
         "triton": triton.__version__,
         "transformers": transformers_version,
         "python": platform.python_version(),
         "fuse_interpreter": fusebackend.use_interpreter(),
     }
+
+
+def stem(size: str, modes: Sequence[str]) -> str:
+    """The files' name: ``zoo``, ``_tiny`` for the tiny size, ``_train`` or ``_inference`` when
+    only that mode ran (both modes: neither)."""
+    only = f"_{modes[0]}" if len(set(modes)) == 1 else ""
+    return "zoo" + ("_tiny" if size == "tiny" else "") + only
 
 
 def _ms(v: "VariantStats | None") -> str:
@@ -55,8 +74,13 @@ def _ms(v: "VariantStats | None") -> str:
         return "ERROR"
     if v.median_ms is None:
         return "-"
-    speed = f" ({v.speedup:.2f}x)" if v.speedup is not None and v.variant != "eager" else ""
+    speed = f" ({speed_text(v.speedup)}x)" if v.speedup is not None and v.variant != "eager" else ""
     return f"{v.median_ms:.4g}{speed}"
+
+
+def speed_text(x: float) -> str:
+    """A speedup to two decimals, or two significant digits below 0.1 (0.0031, not 0.00)."""
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
 
 
 def _err(v: "VariantStats | None") -> str:
@@ -75,17 +99,36 @@ def _fallbacks(v: "VariantStats | None", limit: int = 6) -> str:
     return text + (f", +{len(items) - limit} more" if len(items) > limit else "")
 
 
-HEADER = ["model", "batch", "eager ms", "inductor ms", "fuse ms", "inductor err", "fuse err", "fuse <= 2x ind",
-          "eager graphs", "fuse kernels", "fuse ATen fallbacks"]
+def _each(row: "ZooRow", value: Callable[["VariantStats"], float | int | None], fmt: str,
+          variants: Sequence[str] = ("eager", "inductor", "fuse")) -> str:
+    """One number per variant, ``a / b / c`` in the order of ``variants``; ``-`` where it is not
+    measured, and ``-`` alone when none is."""
+    parts = []
+    for name in variants:
+        v = row.get(name)
+        x = None if v is None else value(v)
+        parts.append("-" if x is None else format(x, fmt))
+    return "-" if all(p == "-" for p in parts) else " / ".join(parts)
+
+
+HEADER = ["model", "mode", "batch", "eager ms", "inductor ms", "fuse ms", "host ms e/i/f", "cold compile s i/f",
+          "peak MiB e/i/f", "launches e/i/f", "inductor err", "fuse err", "fuse <= 2x ind", "eager graphs",
+          "fuse kernels", "fuse ATen calls"]
+_ALWAYS = 3  # model, mode and batch are shown even where empty
 
 
 def cells(row: "ZooRow") -> list[str]:
     if row.status != "ok":
-        return [row.model, row.shapes or "-", row.status, row.message[:120]] + [""] * (len(HEADER) - 4)
+        return [row.model, row.mode, row.shapes or "-", row.status, row.message[:120]] + [""] * (len(HEADER) - 5)
     f = row.fuse
     within = row.fuse_within_2x_inductor
     return [
-        row.model, row.shapes, _ms(row.eager), _ms(row.inductor), _ms(f), _err(row.inductor), _err(f),
+        row.model, row.mode, row.shapes, _ms(row.eager), _ms(row.inductor), _ms(f),
+        _each(row, lambda v: v.host_ms, ".4g"),
+        _each(row, lambda v: v.first_call_s, ".1f", ("inductor", "fuse")),
+        _each(row, lambda v: v.peak_mib, ".0f"),
+        _each(row, lambda v: v.launches, "d"),
+        _err(row.inductor), _err(f),
         "-" if within is None else ("yes" if within else "NO"),
         "-" if f is None or f.eager_graphs is None else str(f.eager_graphs),
         "-" if f is None or f.kernels is None else str(f.kernels),
@@ -93,50 +136,143 @@ def cells(row: "ZooRow") -> list[str]:
     ]
 
 
-def table(rows: list["ZooRow"]) -> str:
-    body = [HEADER] + [cells(r) for r in rows]
-    widths = [max(len(line[i]) for line in body) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in body]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    errors = [f"{r.model}: {r.message}" for r in rows if r.status == "ok" and r.message]
-    errors += [f"{r.model} {v.variant}: {v.message}" for r in rows for v in r.variants if v.message]
-    if errors:
-        lines += ["", "messages:"] + [f"  {e[:400]}" for e in errors]
-    return "\n".join(lines)
+def _grid(rows: Sequence["ZooRow"]) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows' cells, less the columns with nothing in any row."""
+    body = [cells(r) for r in rows]
+    keep = [i for i in range(len(HEADER))
+            if i < _ALWAYS or any(line[i] not in ("", "-") for line in body)]
+    return [HEADER[i] for i in keep], [[line[i] for i in keep] for line in body]
+
+
+def messages(rows: Sequence["ZooRow"]) -> list[str]:
+    notes = [f"{r.model} ({r.mode}): {r.message}" for r in rows if r.status == "ok" and r.message]
+    notes += [f"{r.model} ({r.mode}) {v.variant}: {v.message}" for r in rows for v in r.variants if v.message]
+    return notes
+
+
+def table(rows: Sequence["ZooRow"]) -> str:
+    """The rows as plain text, columns padded, then the messages."""
+    header, body = _grid(rows)
+    lines = [header] + body
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    notes = messages(rows)
+    if notes:
+        text += ["", "messages:"] + [f"  {n[:400]}" for n in notes]
+    return "\n".join(text)
+
+
+def print_table(rows: Sequence["ZooRow"], title: str = "") -> None:
+    """The rows as a rich table on stdout (plain text where rich does not import), then the
+    messages. Off a terminal rich would wrap the table to 80 columns: it gets 240."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:
+        print(table(rows))
+        return
+    header, body = _grid(rows)
+    console = Console(width=None if sys.stdout.isatty() else 240)
+    grid = Table(title=title or None, header_style="bold", show_lines=False)
+    for name in header:
+        grid.add_column(name, overflow="fold")
+    for line in body:
+        # Text, not str: rich reads "[...]" in a str as markup, and messages hold brackets
+        grid.add_row(*(Text(c) for c in line))
+    console.print(grid)
+    notes = messages(rows)
+    if notes:
+        console.print(Text("messages:\n" + "\n".join(f"  {n[:400]}" for n in notes)))
 
 
 def progress(row: "ZooRow") -> str:
+    """One line for a model as soon as it has run."""
+    head = f"{row.model} ({row.mode})"
     if row.status != "ok":
-        return f"{row.model} ({row.seconds:.1f} s): {row.status} {row.message}"
+        return f"{head} ({row.seconds:.1f} s): {row.status} {row.message}"
     parts = []
     for v in row.variants:
         part = f"{v.variant} {_ms(v)} ms"
         if v.variant != "eager":
             part += f" err {_err(v)}"
+            if v.first_call_s is not None:
+                part += f" cold {v.first_call_s:.1f} s"
         if v.variant == "fuse" and v.eager_graphs:
             part += f" ({v.eager_graphs} graph(s) ran eagerly)"
         parts.append(part)
     warning = f" [{row.message}]" if row.message else ""
-    return f"{row.model} {row.shapes} ({row.seconds:.1f} s): " + ", ".join(parts) + warning
+    return f"{head} {row.shapes} ({row.seconds:.1f} s): " + ", ".join(parts) + warning
 
 
-def markdown(rows: list["ZooRow"], env: dict[str, Any]) -> str:
-    lines = [f"# Zoo: {env['mode']}, {env['size']} size, {env['dtype']}", ""]
-    lines += [f"- {k}: {v}" for k, v in env.items()]
-    lines += ["", "Times in ms (speedup over eager); errors are max |out - eager| / max |eager| over the outputs "
-              "(training: the loss, and gradients over the largest eager gradient).", ""]
-    lines.append("| " + " | ".join(HEADER) + " |")
-    lines.append("|" + "---|" * len(HEADER))
+def geomean(values: Iterable[float]) -> float | None:
+    xs = [x for x in values if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def speedups(rows: Sequence["ZooRow"], variant: str) -> list[float]:
+    """``variant``'s speedups over eager, in the rows where it was timed."""
+    out = []
     for r in rows:
-        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |")
-    notes = [(r.model, v.variant, v.message) for r in rows for v in r.variants if v.message]
-    notes += [(r.model, r.status, r.message) for r in rows if r.message]
+        v = r.get(variant) if r.status == "ok" else None
+        if v is not None and v.status == "ok" and v.speedup is not None:
+            out.append(v.speedup)
+    return out
+
+
+def summary(rows: Sequence["ZooRow"]) -> str:
+    """Geometric-mean speedups of fuse and Inductor over eager (each mode, then all rows), and the
+    rows where fuse is slower than Inductor."""
+    lines = []
+    groups = [(m, [r for r in rows if r.mode == m]) for m in MODES]
+    groups = [(m, rs) for m, rs in groups if rs]
+    if len(groups) > 1:
+        groups.append(("all", list(rows)))
+    for name, group in groups:
+        parts = []
+        for variant, label in (("fuse", "fuse"), ("inductor", "Inductor")):
+            xs = speedups(group, variant)
+            g = geomean(xs)
+            if g is not None:
+                parts.append(f"{label} {speed_text(g)}x over {len(xs)}")
+        lines.append(f"geomean speedup over eager, {name}: " + (", ".join(parts) if parts else "nothing timed"))
+    slower = []
+    for r in rows:
+        f, i = r.fuse, r.inductor
+        if (r.status == "ok" and f is not None and i is not None and f.speedup is not None
+                and i.speedup is not None and f.status == i.status == "ok" and f.speedup < i.speedup):
+            slower.append(f"{r.model} ({r.mode}) {speed_text(f.speedup)}x vs {speed_text(i.speedup)}x")
+    if any(speedups(rows, "inductor")):
+        lines.append(f"fuse slower than Inductor in {len(slower)}: " + (", ".join(slower) if slower else "none"))
+    return "\n".join(lines)
+
+
+def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
+    modes = ", ".join(env.get("modes") or sorted({r.mode for r in rows}))
+    lines = [f"# Zoo: {modes}, {env['size']} size, {env['dtype']}", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    lines += ["", "Times in ms (speedup over eager); host ms: the host's time per step; cold compile s: compile and "
+              "one run (the run starts with empty cache folders unless --keep-caches); peak MiB: the most device memory allocated during one step, "
+              "weights and inputs included; launches: GPU kernels per step (copies and fills left out). "
+              "e/i/f: eager / Inductor / fuse. Errors are max |out - eager| / max |eager| over the outputs "
+              "(training: the loss, and gradients over the largest eager gradient).", ""]
+    header, body = _grid(rows)
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for line in body:
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in line) + " |")
+    text = summary(rows)
+    if text:
+        lines += [""] + [f"{t}  " for t in text.splitlines()]
+    notes = messages(rows)
+    notes += [f"{r.model} ({r.mode}) {r.status}: {r.message}" for r in rows if r.status != "ok" and r.message]
     if notes:
-        lines += ["", "## Messages", ""] + [f"- {m} ({what}): {text}" for m, what, text in notes]
+        lines += ["", "## Messages", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
-def to_json(rows: list["ZooRow"], env: dict[str, Any]) -> dict[str, Any]:
+def to_json(rows: Sequence["ZooRow"], env: dict[str, Any]) -> dict[str, Any]:
     out = []
     for r in rows:
         item = dataclasses.asdict(r)
@@ -145,12 +281,69 @@ def to_json(rows: list["ZooRow"], env: dict[str, Any]) -> dict[str, Any]:
     return {"environment": env, "rows": out}
 
 
-def write(rows: list["ZooRow"], env: dict[str, Any], folder: str, stem: str) -> list[str]:
+def write(rows: Sequence["ZooRow"], env: dict[str, Any], folder: str, name: str) -> list[str]:
     os.makedirs(folder, exist_ok=True)
-    json_path = os.path.join(folder, stem + ".json")
-    md_path = os.path.join(folder, stem + ".md")
+    json_path = os.path.join(folder, name + ".json")
+    md_path = os.path.join(folder, name + ".md")
     with open(json_path, "w") as f:
         json.dump(to_json(rows, env), f, indent=1, default=str)
     with open(md_path, "w") as f:
         f.write(markdown(rows, env))
     return [json_path, md_path]
+
+
+def _known(cls: type, item: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` in ``item``: a file from an older runner lacks some, and the JSON
+    adds derived ones (``fuse_within_2x_inductor``)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in item.items() if k in names}
+
+
+def from_json(data: dict[str, Any]) -> tuple[list["ZooRow"], dict[str, Any]]:
+    from benchmarks.zoo.run import VariantStats, ZooRow
+
+    rows = []
+    for item in data.get("rows", []):
+        fields = _known(ZooRow, item)
+        fields["variants"] = [VariantStats(**_known(VariantStats, v)) for v in item.get("variants", [])]
+        rows.append(ZooRow(**fields))
+    env = dict(data.get("environment", {}))
+    if "modes" not in env:  # written before both modes ran in one file: "mode" was the run's
+        env["modes"] = [m for m in MODES if any(r.mode == m for r in rows)]
+    return rows, env
+
+
+def _merge_environments(envs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One environment for rows from several runs: a key whose values agree keeps its value, one
+    whose values differ lists them apart with `` / ``; the modes are the union."""
+    merged: dict[str, Any] = {}
+    for key in dict.fromkeys(k for e in envs for k in e):
+        values = [e[key] for e in envs if key in e]
+        if key == "modes":
+            merged[key] = [m for m in MODES if any(m in v for v in values)]
+            continue
+        distinct = list(dict.fromkeys(json.dumps(v, default=str) for v in values))
+        merged[key] = values[0] if len(distinct) == 1 else " / ".join(str(json.loads(d)) for d in distinct)
+    return merged
+
+
+def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list["ZooRow"], dict[str, Any]]:
+    """Rows and environment from saved JSON files, in order. A model and mode in several files
+    keeps the last file's row (a rerun replaces the first), said through ``log``."""
+    rows: dict[tuple[str, str], "ZooRow"] = {}
+    where: dict[tuple[str, str], str] = {}
+    envs = []
+    for path in paths:
+        with open(path) as f:
+            file_rows, env = from_json(json.load(f))
+        envs.append(env)
+        for r in file_rows:
+            key = (r.model, r.mode)
+            if key in rows:
+                log(f"{r.model} ({r.mode}) is in {where[key]} and {path}: {path}'s row is kept")
+                del rows[key]
+            rows[key], where[key] = r, path
+    env = _merge_environments(envs)
+    if len(paths) > 1:
+        env["sources"] = list(paths)
+    return list(rows.values()), env

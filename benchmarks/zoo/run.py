@@ -1,26 +1,35 @@
-"""The zoo runner: eager, Inductor and fuse on real architectures, checked and timed.
+"""The zoo runner: eager, Inductor and fuse on real architectures, checked, timed and charted.
 
-    python -m benchmarks.zoo [--models gpt2,resnet] [--train] [--tiny] [--out DIR]
+    python -m benchmarks.zoo [--models gpt2,resnet] [--mode inference|train|both] [--tiny] [--out DIR]
+    python -m benchmarks.zoo --chart-from DIR/zoo.json[,OTHER.json] [--out DIR]
 
 For each model (the real size in bf16 on a GPU; ``--tiny``: the tiny size in fp32 on a CPU, eager
-and fuse only, for a smoke test) and each variant:
+and fuse only, for a smoke test), each mode and each variant:
 
 - ``eager``: ``model(**inputs)``; its outputs are the reference, its time the baseline.
 - ``inductor``: ``torch.compile(model)``.
 - ``fuse``: ``torch.compile(model, backend="fuse")``; graphs that ran eagerly
   (``fusebackend.metrics.eager_graphs``), ATen fallbacks by op and generated kernels are recorded.
 
-Inference (the default): ``model.eval()`` under ``torch.no_grad()``. The error is the largest
-``max|out - eager| / max|eager|`` over the outputs. ``--train``: one training step (gradients
-cleared, forward, the model's loss, backward) on the model in train mode; the error is the larger
-of the loss's relative error and the largest gradient difference over the model's largest eager
-gradient. Each compiled variant: the first call (compile included, its seconds reported) is
-checked, then the median time of one call (``benchmarks/timing.py``: ``do_bench`` on a GPU).
+Modes (``--mode``, default ``both``): inference for the selected models, then the training step
+for those of them in ``TRAIN_REAL`` (every model: all of the zoo for inference, ``TRAIN_REAL`` for
+training; ``--mode train`` trains every model named by ``--models``; ``--train`` is ``--mode
+train``). Inference: ``model.eval()`` under ``torch.no_grad()``; the error is the largest
+``max|out - eager| / max|eager|`` over the outputs. Training step: gradients cleared, forward,
+the model's loss, backward, on the model in train mode; the error is the larger of the loss's
+relative error and the largest gradient difference over the model's largest eager gradient.
 ``fuse <= 2x inductor`` says whether fuse's error is at most twice Inductor's.
 
+Each compiled variant's first call (cold compile and one run, its seconds reported) is checked
+against eager; then, for every variant, the median time of one call (``benchmarks/timing.py``:
+``do_bench`` on a GPU), the host's and the GPU's time per step, the peak device memory of one
+step and the kernels it launches (``measure.py``). ``--no-timing`` leaves out the times.
+
 One model failing (an exception, out of memory) is reported as ``ERROR`` with the message and the
-others run; results are written after every model to ``zoo[_tiny][_train].json`` and ``.md`` in
-``--out`` (default ``$OUT`` if set, else ``./bench_out``).
+others run; results are written after every model to ``zoo[_tiny][_train|_inference].json`` and
+``.md`` in ``--out`` (default ``$OUT`` if set, else ``./bench_out``), and at the end the chart of
+the speedups (``chart.py``) to the ``.png`` of the same name. A progress bar (tqdm) shows the
+model running; each model's result is one line above it.
 """
 
 from __future__ import annotations
@@ -38,7 +47,9 @@ import torch
 import fusebackend
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
+from benchmarks.zoo import chart, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
+from benchmarks.zoo.measure import host_time, kernel_launches, peak_memory
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
 from benchmarks.zoo.spec import Built, Size
 
@@ -51,8 +62,13 @@ class VariantStats:
     status: str = "ok"  # ref (eager), ok, error
     error: float | None = None  # against eager (see the module docstring); None for eager itself
     median_ms: float | None = None
-    first_call_s: float | None = None  # compile and one run
+    first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
     speedup: float | None = None  # eager's time over this one
+    host_ms: float | None = None  # the host's time per step (measure.host_time)
+    gpu_ms: float | None = None  # the GPU's time per step with the host ahead; None on a CPU
+    peak_mib: float | None = None  # the most device memory allocated during one step; None on a CPU
+    base_mib: float | None = None  # device memory allocated when that step began
+    launches: int | None = None  # GPU kernels one step launches, copies and fills left out; None on a CPU
     eager_graphs: int | None = None  # fuse: graphs that ran eagerly after a failure
     graphs: int | None = None  # fuse: graphs compiled
     kernels: int | None = None  # fuse: generated kernels
@@ -98,12 +114,9 @@ class RunOptions:
     size: Size
     device: torch.device
     dtype: torch.dtype
-    train: bool
     variants: tuple[str, ...]
     timing: TimingConfig
     timed: bool = True  # False (--no-timing): check only, report no times
-
-
 
 
 def _reset() -> None:
@@ -183,9 +196,22 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print) -> ZooRow:
-    """One model through every variant; exceptions are recorded in the row, never raised."""
-    mode = "train" if options.train else "inference"
+def _measure(stats: VariantStats, step: Callable[[], Any], options: RunOptions, train: bool) -> None:
+    """Everything but the check, on a step that has run once: times (unless ``--no-timing``),
+    then peak memory and launches, which sharing the GPU does not change."""
+    if options.timed:
+        stats.median_ms = median_ms(step, options.device, options.timing)
+        host = host_time(step, options.device, train, options.timing)
+        stats.host_ms, stats.gpu_ms = host.host_ms, host.gpu_ms
+    memory = peak_memory(step, options.device)
+    if memory is not None:
+        stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
+    stats.launches = kernel_launches(step, options.device)
+
+
+def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], None] = print) -> ZooRow:
+    """One model in one mode through every variant; exceptions are recorded in the row, never raised."""
+    train = mode == "train"
     row = ZooRow(name, mode)
     entry = ZOO[name]
     reason = entry.available()
@@ -198,20 +224,18 @@ def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print
         _reset()
         built = entry.build(options.size, options.device, options.dtype)
         row.shapes = built.shapes
-        built.model.train(options.train)
-        make_step = _train_step if options.train else _inference_step
+        built.model.train(train)
+        make_step = _train_step if train else _inference_step
         expected, _ = _timed(lambda: _snapshot(make_step(built, built.model)()), options.device)
-        if not options.train and not any(t.is_floating_point() and t.abs().max().item() > 0
-                                         for t in output_tensors(expected)):
+        if not train and not any(t.is_floating_point() and t.abs().max().item() > 0
+                                 for t in output_tensors(expected)):
             row.message = "eager's outputs are all zero: the errors below tell nothing"
         eager = VariantStats("eager", "ref", speedup=1.0)
-        step = make_step(built, built.model)
-        if options.timed:
-            eager.median_ms = median_ms(step, options.device, options.timing)
+        _measure(eager, make_step(built, built.model), options, train)
         row.variants.append(eager)
         for variant in options.variants:
             if variant != "eager":
-                row.variants.append(_run_variant(variant, built, make_step, expected, options))
+                row.variants.append(_run_variant(variant, built, make_step, expected, options, train))
                 _free(options.device)
     except Exception as exc:
         row.status, row.message = "ERROR", short_error(exc)
@@ -225,7 +249,7 @@ def run_model(name: str, options: RunOptions, log: Callable[[str], None] = print
 
 
 def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callable[..., Any]], Callable[[], Any]],
-                 expected: Any, options: RunOptions) -> VariantStats:
+                 expected: Any, options: RunOptions, train: bool) -> VariantStats:
     stats = VariantStats(variant)
     notes: list[str] = []
     with recording_warnings(notes, prefix="fusebackend", limit=300):
@@ -238,13 +262,12 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
-            if options.train:
+            if train:
                 stats.error = _train_error(out, expected)
             else:
                 stats.error = output_error(out, expected)
             del out
-            if options.timed:
-                stats.median_ms = median_ms(step, options.device, options.timing)
+            _measure(stats, step, options, train)
         except Exception as exc:
             stats.status = "error"
             notes.insert(0, short_error(exc))
@@ -260,10 +283,14 @@ def _finish(row: ZooRow) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all; with --train: "
-                        f"{','.join(TRAIN_REAL)}); see --list")
+    parser.add_argument("--models", default="", help="comma-separated zoo models (default: all for inference, "
+                        f"{','.join(TRAIN_REAL)} for the training step); see --list")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
-    parser.add_argument("--train", action="store_true", help="a training step instead of inference")
+    parser.add_argument("--mode", default=None, choices=("inference", "train", "both"),
+                        help="inference, the training step, or both (the default): inference for the models, "
+                             f"then the training step for those of them in {','.join(TRAIN_REAL)}; "
+                             "--mode train trains every model named by --models")
+    parser.add_argument("--train", action="store_true", help="the same as --mode train")
     parser.add_argument("--tiny", action="store_true",
                         help="tiny configurations (default device cpu, fp32, variants eager,fuse): a smoke test")
     parser.add_argument("--variants", default=None,
@@ -273,8 +300,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto: cuda when a GPU is visible (and not --tiny), else cpu")
     parser.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
                         help="default bf16 on a GPU, fp32 on a CPU")
-    parser.add_argument("--out", default=os.environ.get("OUT") or "bench_out",
-                        help="folder for zoo*.json and zoo*.md (default: $OUT if set, else ./bench_out)")
+    parser.add_argument("--out", default=None,
+                        help="folder for zoo*.json, .md and .png (default: $OUT if set, else ./bench_out; "
+                             "with --chart-from, the first file's folder)")
+    parser.add_argument("--chart-from", default=None, metavar="JSON[,JSON...]",
+                        help="run nothing: print the table and summary of saved zoo JSON files (several are "
+                             "merged) and write their chart to --out")
     parser.add_argument("--keep-caches", action="store_true",
                         help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
@@ -301,23 +332,63 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         raise SystemExit(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
     variants = ("eager",) + tuple(v for v in VARIANTS[1:] if v in wanted)
     timing = TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats)
-    return RunOptions("tiny" if args.tiny else "real", device, dtype, args.train, variants, timing,
-                      timed=not args.no_timing)
+    return RunOptions("tiny" if args.tiny else "real", device, dtype, variants, timing, timed=not args.no_timing)
 
 
-def select(names: str, train: bool) -> list[str]:
-    if not names:
-        return list(TRAIN_REAL) if train else list(ZOO)
+def mode_from(args: argparse.Namespace) -> str:
+    """``--mode``, with ``--train`` read as ``--mode train``."""
+    if args.train and args.mode not in (None, "train"):
+        raise SystemExit(f"--train is --mode train: it contradicts --mode {args.mode}")
+    return "train" if args.train else (args.mode or "both")
+
+
+def select(names: str, mode: str) -> list[tuple[str, str]]:
+    """The (model, mode) pairs to run, inference first (see the module docstring)."""
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in ZOO]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")
-    return wanted
+    items = []
+    if mode in ("inference", "both"):
+        items += [(n, "inference") for n in (wanted or ZOO)]
+    if mode == "train":
+        items += [(n, "train") for n in (wanted or TRAIN_REAL)]
+    if mode == "both":
+        items += [(n, "train") for n in (wanted or TRAIN_REAL) if n in TRAIN_REAL]
+    return items
+
+
+def chart_from(paths: str, out: str | None) -> list[ZooRow]:
+    """``--chart-from``: the table, summary and chart of saved results, nothing run."""
+    files = [p.strip() for p in paths.split(",") if p.strip()]
+    missing = [p for p in files if not os.path.isfile(p)]
+    if not files or missing:
+        raise SystemExit(f"--chart-from: no such file: {', '.join(missing) or paths!r}")
+    rows, env = report.load(files)
+    modes = [m for m in report.MODES if any(r.mode == m for r in rows)]
+    print_results(rows, env, out or os.path.dirname(os.path.abspath(files[0])), report.stem(str(env.get("size", "")), modes))
+    return rows
+
+
+def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: str) -> None:
+    """The end of a run (or of ``--chart-from``): the table, the summary, and the chart written."""
+    print()
+    report.print_table(rows, title=f"zoo: {env.get('device')}, {env.get('dtype')}, {env.get('size')} size")
+    text = report.summary(rows)
+    if text:
+        print("\n" + text)
+    try:
+        path = chart.render(rows, env, os.path.join(folder, name + ".png"))
+    except ImportError as exc:
+        print(f"\nno chart: {exc} (pip install -e '.[zoo]')")
+        return
+    print("\nno chart: no speedup was measured" if path is None else f"\nchart: {path}")
 
 
 def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
+    from tqdm import tqdm
+
     from benchmarks.harness import fresh_caches
-    from benchmarks.zoo import report
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.zoo", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
@@ -326,24 +397,35 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
         for entry in ZOO.values():
             print(f"{entry.name:28s} {entry.library:13s} {entry.description}")
         return []
-    names = select(args.models, args.train)
+    if args.chart_from:
+        return chart_from(args.chart_from, args.out)
+    mode = mode_from(args)
+    items = select(args.models, mode)
     options = options_from(args)
-    stem = "zoo" + ("_tiny" if args.tiny else "") + ("_train" if args.train else "")
-    env = report.environment(options)
-    print(f"zoo: {len(names)} models, {env['mode']}, {env['size']} size, {env['dtype']} on {env['device']}; "
+    modes = [m for m in report.MODES if any(item_mode == m for _, item_mode in items)]
+    name = report.stem(options.size, modes or [mode])
+    out = args.out or os.environ.get("OUT") or "bench_out"
+    env = report.environment(options, modes)
+    counts = ", ".join(f"{sum(1 for _, m in items if m == each)} {each}" for each in modes)
+    print(f"zoo: {counts or 'nothing to run'}; {env['size']} size, {env['dtype']} on {env['device']}; "
           f"torch {env['torch']}, transformers {env['transformers']}", flush=True)
+    if mode == "both" and args.models and "train" not in modes:
+        print(f"zoo: no training step: none of the models is in TRAIN_REAL ({', '.join(TRAIN_REAL)}); "
+              "--mode train trains any", flush=True)
     rows: list[ZooRow] = []
+    paths: list[str] = []
     with fresh_caches(not args.keep_caches), fusebackend.config.patch(interpret=options.device.type == "cpu"):
-        for k, name in enumerate(names, 1):
-            row = run_model(name, options)
-            _finish(row)
-            rows.append(row)
-            print(f"[{k}/{len(names)}] {report.progress(row)}", flush=True)
-            paths = report.write(rows, env, args.out, stem)
-    print()
-    print(report.table(rows))
+        with tqdm(items, unit="model", dynamic_ncols=True) as bar:
+            for k, (model, item_mode) in enumerate(bar, 1):
+                bar.set_description(f"{model} ({item_mode})")
+                row = run_model(model, item_mode, options, log=bar.write)
+                _finish(row)
+                rows.append(row)
+                bar.write(f"[{k}/{len(items)}] {report.progress(row)}")
+                paths = report.write(rows, env, out, name)
     if rows:
-        print(f"\nwrote {', '.join(paths)}")
+        print_results(rows, env, out, name)
+        print(f"wrote {', '.join(paths)}")
     return rows
 
 
