@@ -171,8 +171,18 @@ def build_step(name: str, variant: str, train: bool, device: torch.device, dtype
     return step
 
 
+def top_kernels(step: Callable[[], Any], n: int) -> list[tuple[str, int, float]]:
+    """The ``n`` GPU kernels that take the most device time in a step: (name, launches, us)."""
+    from benchmarks.profile import kernel_times
+
+    times = kernel_times(lambda: step(), (), 3)
+    ranked = sorted(times.items(), key=lambda kv: -kv[1][1])[:n]
+    return [(k, launches, us) for k, (launches, us) in ranked] + [
+        ("(all kernels)", sum(v[0] for v in times.values()), sum(v[1] for v in times.values()))]
+
+
 def measure(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype,
-            steps: int) -> dict[str, Any]:
+            steps: int, top_kernels_n: int = 0) -> dict[str, Any]:
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     timers = Timers()
@@ -202,6 +212,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
         finally:
             gc.callbacks.remove(clock)
         bench = median_ms(step, device, TimingConfig()) if device.type == "cuda" else None
+        kernels = top_kernels(step, top_kernels_n) if top_kernels_n and device.type == "cuda" else []
     per_step = {k: v * 1e3 / steps for k, v in timers.seconds.items()}
     parts: dict[str, float] = {}
     if variant == "fuse":
@@ -228,6 +239,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
         "gc_ms": clock.seconds * 1e3 / steps / 3, "gc_full": clock.full,  # host_and_gpu_ms runs 3 rounds
         "kernels": sum(a.kernel_count for a in fusebackend.history()) if variant == "fuse" else None,
         "eager_graphs": fusebackend.metrics.eager_graphs if variant == "fuse" else None,
+        "top_kernels": kernels,
     }
 
 
@@ -236,8 +248,9 @@ def row_text(r: dict[str, Any]) -> str:
     bench = f"{r['do_bench_ms']:.3f}" if r["do_bench_ms"] is not None else "-"
     parts = "  ".join(f"{k} {v:.3f}" for k, v in r["parts"].items())
     bound = " HOST-BOUND" if r["gpu_ms"] is not None and r["host_ms"] > r["gpu_ms"] else ""
+    kernels = "".join(f"\n{'':44s}{us:9.1f} us {n:4d}x {k[:90]}" for k, n, us in r["top_kernels"])
     return (f"{r['model']:24s} {r['mode']:9s} {r['variant']:8s} do_bench {bench:>7s}  host {r['host_ms']:.3f}  "
-            f"gpu {gpu}  gc {r['gc_ms']:.3f} ({r['gc_full']} full){bound}\n{'':44s}{parts}")
+            f"gpu {gpu}  gc {r['gc_ms']:.3f} ({r['gc_full']} full){bound}\n{'':44s}{parts}{kernels}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -250,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dtype", default=None, choices=("bf16", "fp32"))
     parser.add_argument("--repeat-in-processes", type=int, default=0,
                         help="run each model and variant in this many fresh processes instead of this one")
+    parser.add_argument("--kernels", type=int, default=0, help="GPU: also list the N kernels taking most device time")
     parser.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -263,11 +277,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 cmd += ["--train"] if args.train else []
                 cmd += ["--json", args.json] if args.json else []
                 cmd += ["--dtype", args.dtype] if args.dtype else []
+                cmd += ["--kernels", str(args.kernels)]
                 subprocess.run(cmd, check=False, env=dict(os.environ))
             continue
         for variant in args.variants.split(","):
             with fusebackend.config.patch(interpret=device.type == "cpu"):
-                result = measure(name, variant, args.train, device, dtype, args.steps)
+                result = measure(name, variant, args.train, device, dtype, args.steps, args.kernels)
             print(row_text(result), flush=True)
             if args.json:
                 with open(args.json, "a") as f:
