@@ -181,8 +181,26 @@ def top_kernels(step: Callable[[], Any], n: int) -> list[tuple[str, int, float]]
         ("(all kernels)", sum(v[0] for v in times.values()), sum(v[1] for v in times.values()))]
 
 
+def hottest_python(step: Callable[[], Any], steps: int, n: int) -> list[tuple[str, int, float]]:
+    """The ``n`` Python functions (and C functions called from Python) with the most time of
+    their own per step under ``cProfile``: (function, calls, us). cProfile slows Python calls
+    down, so these rank the host's work; they do not time it."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # (file, line, function) -> (cc, nc, tottime, cumtime, callers)
+    ranked = sorted(stats.items(), key=lambda kv: -kv[1][2])[:n]
+    return [(f"{pstats.func_std_string(func)[-80:]}", int(nc) // steps, tt * 1e6 / steps)
+            for func, (cc, nc, tt, ct, callers) in ranked]
+
+
 def measure(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype,
-            steps: int, top_kernels_n: int = 0) -> dict[str, Any]:
+            steps: int, top_kernels_n: int = 0, profile_n: int = 0) -> dict[str, Any]:
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     timers = Timers()
@@ -213,6 +231,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
             gc.callbacks.remove(clock)
         bench = median_ms(step, device, TimingConfig()) if device.type == "cuda" else None
         kernels = top_kernels(step, top_kernels_n) if top_kernels_n and device.type == "cuda" else []
+        hot = hottest_python(step, steps, profile_n) if profile_n else []
     per_step = {k: v * 1e3 / steps for k, v in timers.seconds.items()}
     parts: dict[str, float] = {}
     if variant == "fuse":
@@ -240,6 +259,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
         "kernels": sum(a.kernel_count for a in fusebackend.history()) if variant == "fuse" else None,
         "eager_graphs": fusebackend.metrics.eager_graphs if variant == "fuse" else None,
         "top_kernels": kernels,
+        "hottest_python": hot,
     }
 
 
@@ -249,6 +269,7 @@ def row_text(r: dict[str, Any]) -> str:
     parts = "  ".join(f"{k} {v:.3f}" for k, v in r["parts"].items())
     bound = " HOST-BOUND" if r["gpu_ms"] is not None and r["host_ms"] > r["gpu_ms"] else ""
     kernels = "".join(f"\n{'':44s}{us:9.1f} us {n:4d}x {k[:90]}" for k, n, us in r["top_kernels"])
+    kernels += "".join(f"\n{'':44s}{us:9.1f} us {n:4d}x py {k}" for k, n, us in r["hottest_python"])
     return (f"{r['model']:24s} {r['mode']:9s} {r['variant']:8s} do_bench {bench:>7s}  host {r['host_ms']:.3f}  "
             f"gpu {gpu}  gc {r['gc_ms']:.3f} ({r['gc_full']} full){bound}\n{'':44s}{parts}{kernels}")
 
@@ -264,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat-in-processes", type=int, default=0,
                         help="run each model and variant in this many fresh processes instead of this one")
     parser.add_argument("--kernels", type=int, default=0, help="GPU: also list the N kernels taking most device time")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="also list the N Python functions with the most time of their own (cProfile)")
     parser.add_argument("--json", default=None, help="append each result as a JSON line to this file")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -277,12 +300,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 cmd += ["--train"] if args.train else []
                 cmd += ["--json", args.json] if args.json else []
                 cmd += ["--dtype", args.dtype] if args.dtype else []
-                cmd += ["--kernels", str(args.kernels)]
+                cmd += ["--kernels", str(args.kernels), "--profile", str(args.profile)]
                 subprocess.run(cmd, check=False, env=dict(os.environ))
             continue
         for variant in args.variants.split(","):
             with fusebackend.config.patch(interpret=device.type == "cpu"):
-                result = measure(name, variant, args.train, device, dtype, args.steps, args.kernels)
+                result = measure(name, variant, args.train, device, dtype, args.steps, args.kernels, args.profile)
             print(row_text(result), flush=True)
             if args.json:
                 with open(args.json, "a") as f:

@@ -30,23 +30,10 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from fusebackend import metrics
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.pipeline import compile_graph
+from fusebackend.signature import SignatureCheck, input_key
 from fusebackend.splitting import split_at_failure
 
 _graph_ids = itertools.count()
-
-
-def input_key(args: Sequence[Any]) -> tuple:
-    """What a compiled specialization depends on, for each graph input.
-
-    Computed on every call, so in one pass with no conversions (``torch.Size`` hashes and
-    compares as the tuple it is).
-    """
-    return tuple([
-        (a.shape, a.stride(), a.dtype, a.device, a.storage_offset() == 0) if isinstance(a, torch.Tensor)
-        else (type(a), a) if a is None or isinstance(a, (int, float, bool))
-        else type(a)
-        for a in args
-    ])
 
 
 class RunDynamoGraph(Exception):
@@ -75,6 +62,8 @@ class FusedGraph:
         # how many first outputs the user sees (a forward graph's others are saved for backward)
         self.user_outputs = user_outputs
         self.cache: dict[tuple, _Entry] = {}
+        # the last signature that ran, checked without building its key (signature.py)
+        self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = any(
             isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
             for n in gm.graph.nodes
@@ -103,6 +92,10 @@ class FusedGraph:
     def __call__(self, *call_args: Any) -> Any:
         # AOTAutograd calls boxed (one list it lets us clear) or, through some wrappers, unboxed.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
+        fast = self.fast
+        if fast is not None and fast[0].matches(args):
+            metrics.cache_hits += 1
+            return fast[1].call(args)
         key = input_key(args)
         entry = self.cache.get(key)
         if entry is None:
@@ -115,7 +108,9 @@ class FusedGraph:
                 entry = self._fall_back(key, "compiling", exc)
         else:
             metrics.cache_hits += 1
+        check = SignatureCheck.make(args)
         if entry.proven:
+            self.fast = (check, entry) if check is not None else None
             return entry.call(args)
         saved = list(args)
         try:
@@ -129,6 +124,7 @@ class FusedGraph:
             self._fall_back(key, "running", exc)
             return out
         entry.proven = True
+        self.fast = (check, entry) if check is not None else None
         return out
 
 

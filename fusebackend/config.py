@@ -59,6 +59,10 @@ class Config:
     # "auto" makes them channels-last on a GPU, where cuDNN's fast kernels want it; "channels_last"
     # does so on every device; "keep" leaves every tensor in the layout eager gives it.
     conv_layout: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_CONV_LAYOUT", "auto"))
+    # FUSE_PAD_MM: matrix products whose output rows are not 16-byte aligned (lowering/matmuls.py):
+    # "auto" pads them on a GPU in half precision where the product is large; "always" pads every
+    # one (any device, dtype, size); "never" leaves them to cuBLAS as they are.
+    pad_mm: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PAD_MM", "auto"))
     # FUSE_CHECK_KERNELS: 1 compiles graphs that, on every call, compare each buffer a kernel or
     # ATen call stores with the value eager computes for the same ATen node, and record the
     # comparisons (``fusebackend.checking``). Slow: for finding the first wrong kernel.

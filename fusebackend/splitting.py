@@ -29,6 +29,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from fusebackend import metrics
+from fusebackend.signature import input_key
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,6 @@ def op_label(node: torch.fx.Node) -> str:
 
 
 def _signature(args: Sequence[Any]) -> tuple:
-    from fusebackend.backend import input_key  # the backend imports this module
-
     return input_key(args), tuple(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 

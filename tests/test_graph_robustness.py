@@ -123,10 +123,10 @@ def test_a_graph_that_fails_to_compile_runs_dynamos_graph(monkeypatch: pytest.Mo
 def test_a_training_graph_that_fails_runs_dynamos_graph_with_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
     real = fusebackend.backend.compile_graph
 
-    def no_forward(gm: Any, args: Any, name: str) -> Any:
+    def no_forward(gm: Any, args: Any, name: str, user_outputs: int | None = None) -> Any:
         if name.startswith("forward"):
             raise NotImplementedError("no forward today")
-        return real(gm, args, name)
+        return real(gm, args, name, user_outputs)
 
     monkeypatch.setattr(fusebackend.backend, "compile_graph", no_forward)
     w = torch.randn(6, 6, requires_grad=True)

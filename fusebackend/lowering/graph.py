@@ -328,8 +328,7 @@ class GraphLowering:
                     self._lookup(node.args[0]),
                 )
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
-                if self.channels_last:  # a layout may have changed here, or in the forward graph
-                    outputs = self._eager_output_layouts(node, outputs)
+                outputs = self._eager_output_layouts(node, outputs)
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op != "placeholder":
@@ -458,10 +457,13 @@ class GraphLowering:
         return copied
 
     def _eager_output_layouts(self, node: torch.fx.Node, outputs: list[Any]) -> list[Any]:
-        """Outputs the user sees in the layout eager gives them, where the graph's changed
-        layouts (layouts.py) made them another: a copy, which fuses into the kernel computing
-        the value."""
+        """Outputs the user sees in the layout eager gives them, where the lowering made them
+        another (channels-last around convolutions, layouts.py; padded matrix products,
+        matmuls.py; or in the forward graph, for a backward graph's gradients): a copy, which
+        fuses into the kernel computing the value. An output that aliases an input keeps the
+        input's layout: AOTAutograd rebuilds it from the input."""
         traced = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        constants = {buf for buf, _ in self.constants}
         keep = len(outputs) if self.user_outputs is None else min(self.user_outputs, len(outputs))
         result = list(outputs)
         for k in range(keep):
@@ -469,9 +471,12 @@ class GraphLowering:
             val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
             if not (isinstance(view, ir.View) and isinstance(val, torch.Tensor)):
                 continue
+            if view.buffer in self.input_index or view.buffer in constants:
+                continue  # an alias of an input: AOTAutograd rebuilds it from the input as it is
             strides = tuple(val.stride())
-            if (strides == view.strides or not all(isinstance(s, int) for s in strides)
-                    or tuple(val.shape) != view.sizes or not indexing.is_dense(view.sizes, strides)):
+            if (not all(isinstance(s, int) for s in strides) or tuple(val.shape) != view.sizes
+                    or all(a == b for n, a, b in zip(view.sizes, strides, view.strides) if n != 1)
+                    or not indexing.is_dense(view.sizes, strides)):
                 continue
             meta = torch.empty_strided(view.sizes, strides, dtype=view.dtype, device="meta")
             source = TensorArg(view, torch.empty_strided(view.sizes, view.strides, dtype=view.dtype, device="meta"))

@@ -1,0 +1,99 @@
+"""Matrix products with unaligned output rows, padded (``lowering/matmuls.py``).
+
+On a GPU (``FUSE_PAD_MM=auto``) large half-precision products whose output columns are not a
+multiple of 16 bytes are padded; here ``pad_mm="always"`` turns the same rewrite on for the
+CPU's float32. Each test compares with eager and asserts what the wrapper hands the ATen call,
+how many kernels the graph becomes, and that the user's outputs keep eager's layout.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusebackend
+from fusebackend.lowering.matmuls import padded_columns
+from helpers import assert_same, compile_fn, kernel_count
+
+
+def wrapper_source() -> str:
+    return "\n".join(a.wrapper for a in fusebackend.history())
+
+
+def ir_text() -> str:
+    return "\n".join(a.ir for a in fusebackend.history())
+
+
+def test_a_language_model_head_is_padded_and_read_through_its_view() -> None:
+    """logits = h @ W.t() + b with 30 columns: W and b padded to 32, the product into a [M, 32]
+    buffer, the scaled logits read from its first 30 columns by one kernel."""
+    torch.manual_seed(0)
+    h, w, bias = torch.randn(6, 16), torch.randn(30, 16), torch.randn(30)
+    fn = lambda h: torch.nn.functional.linear(h, w, bias) * 2  # noqa: E731
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(fn)(h)
+    assert_same(out, fn(h))
+    assert out.stride() == (30, 1)
+    source = wrapper_source()
+    assert "aten.addmm.default" in source
+    assert ir_text().count("aligned columns for a matrix product") == 2  # the weight and the bias
+    assert "f32[6, 32] strides [32, 1] = extern aten.addmm.default" in ir_text()
+    assert kernel_count() == 3  # pad W, pad b, the scale (reading the view, writing [6, 30])
+    assert fusebackend.metrics.eager_graphs == 0
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["row_major", "transposed"])
+def test_mm_output_returned_directly_keeps_eagers_layout(transposed: bool) -> None:
+    torch.manual_seed(0)
+    a = torch.randn(5, 8)
+    b = torch.randn(13, 8).t() if transposed else torch.randn(8, 13)
+    fn = lambda a, b: a @ b  # noqa: E731
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(fn)(a, b)
+    assert_same(out, fn(a, b))
+    assert out.is_contiguous()
+    assert "f32[5, 16] strides [16, 1] = extern aten.mm.default" in ir_text()
+    assert "an output in eager's layout" in ir_text()
+
+
+def test_training_through_a_padded_head() -> None:
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 30)
+    x = torch.randn(4, 16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(head(x), -1).sum()
+
+    expected = loss(x_ref)
+    expected.backward()
+    grads_ref = [p.grad.clone() for p in head.parameters()]
+    head.zero_grad()
+    with fusebackend.config.patch(pad_mm="always"):
+        actual = compile_fn(loss)(x)
+        actual.backward()
+    assert_same(actual, expected)
+    assert_same(x.grad, x_ref.grad)
+    for p, g in zip(head.parameters(), grads_ref):
+        assert_same(p.grad, g)
+        assert p.grad.stride() == g.stride()
+
+
+def test_aligned_or_small_products_are_left_alone() -> None:
+    cuda, bf16 = torch.device("cuda"), torch.bfloat16
+    with fusebackend.config.patch(pad_mm="auto"):
+        assert padded_columns(cuda, bf16, 8192, 768, 30522) == 30528  # BERT's head
+        assert padded_columns(cuda, bf16, 4096, 768, 50257) == 50264  # GPT-2's
+        assert padded_columns(cuda, bf16, 8192, 768, 30528) is None   # aligned already
+        assert padded_columns(cuda, bf16, 64, 768, 2) is None         # a tiny classifier
+        assert padded_columns(torch.device("cpu"), bf16, 8192, 768, 30522) is None
+        assert padded_columns(cuda, torch.float32, 8192, 768, 30522) is None
+    with fusebackend.config.patch(pad_mm="never"):
+        assert padded_columns(cuda, bf16, 8192, 768, 30522) is None
+    with fusebackend.config.patch(pad_mm="always"):
+        assert padded_columns(torch.device("cpu"), torch.float32, 2, 3, 5) == 8
+    torch.manual_seed(0)
+    a, b = torch.randn(4, 8), torch.randn(8, 16)
+    with fusebackend.config.patch(pad_mm="always"):
+        assert_same(compile_fn(lambda a, b: a @ b)(a, b), a @ b)
+    assert "aligned columns" not in ir_text() and "f32[4, 16] strides [16, 1] = extern aten.mm.default" in ir_text()
