@@ -59,14 +59,24 @@ class Block(nn.Module):
         return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1))
 
 
-def test_convolutions_read_channels_last_inputs(layout_copies: list[str]) -> None:
+def run_block(mode: str, channels_last_model: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block's inference compiled under ``conv_layout=mode`` on a fresh NCHW (or channels-last)
+    model and input: (compiled output, eager output), compared."""
     torch.manual_seed(0)
-    model = Block().eval()
-    x = torch.randn(2, 3, 9, 7)
-    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+    model, x = Block().eval(), torch.randn(2, 3, 9, 7)
+    if channels_last_model:
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    with fusebackend.config.patch(conv_layout=mode), torch.no_grad():
         expected = model(x)
         actual = compile_fn(model)(x)
     assert_same(actual, expected)
+    return actual, expected
+
+
+def test_convolutions_read_channels_last_inputs(layout_copies: list[str]) -> None:
+    actual, expected = run_block("channels_last")
     assert actual.stride() == expected.stride()
     assert fusebackend.metrics.eager_graphs == 0
     source = wrapper_source()
@@ -76,22 +86,14 @@ def test_convolutions_read_channels_last_inputs(layout_copies: list[str]) -> Non
     assert not layout_copies, layout_copies
     assert "\n".join(a.ir for a in fusebackend.history()).count("channels-last input of a convolution") == 1
     relaid = kernel_count()
-    torch._dynamo.reset()
-    fusebackend.dump.clear()
-    with fusebackend.config.patch(conv_layout="keep"), torch.no_grad():
-        compile_fn(model)(x)
+    run_block("keep")
     assert relaid == kernel_count() + 1  # the image's copy; the layer's kernels write channels-last
 
 
 def test_keep_leaves_layouts_as_eager_gives_them(layout_copies: list[str]) -> None:
-    torch.manual_seed(0)
-    model = Block().eval()
-    x = torch.randn(2, 3, 9, 7)
-    with fusebackend.config.patch(conv_layout="keep"), torch.no_grad():
-        expected = model(x)
-        actual = compile_fn(model)(x)
-    assert_same(actual, expected)
+    run_block("keep")
     assert "channels-last" not in "\n".join(a.ir for a in fusebackend.history())
+    assert not layout_copies, layout_copies
 
 
 def test_outputs_keep_eagers_layout() -> None:
@@ -113,13 +115,7 @@ def test_outputs_keep_eagers_layout() -> None:
 
 
 def test_channels_last_inputs_need_no_copy(layout_copies: list[str]) -> None:
-    torch.manual_seed(0)
-    model = Block().eval().to(memory_format=torch.channels_last)
-    x = torch.randn(2, 3, 9, 7).to(memory_format=torch.channels_last)
-    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
-        expected = model(x)
-        actual = compile_fn(model)(x)
-    assert_same(actual, expected)
+    run_block("channels_last", channels_last_model=True)
     assert "channels-last input of a convolution" not in "\n".join(a.ir for a in fusebackend.history())
     assert not layout_copies, layout_copies
 
