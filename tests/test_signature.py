@@ -84,3 +84,14 @@ def test_compiled_models_stay_right_over_changing_inputs(dynamic: bool) -> None:
     for shape in [(2, 8), (2, 8), (3, 8), (2, 8), (5, 8)]:
         x = torch.randn(shape)
         assert_same(f(x), torch.relu(lin(x)) * 2)
+
+
+def test_without_tensorguards_every_call_takes_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch._C._dynamo.guards, "TensorGuards")
+    assert SignatureCheck.make([torch.randn(2), 3]) is None
+    graph = make_graph()
+    x, y = torch.randn(3, 4), torch.randn(4)
+    for n in (2, 2, 3):
+        (out,) = graph([x, y, n])
+        assert_same(out, x * n + y)
+    assert graph.fast is None and len(graph.cache) == 2
