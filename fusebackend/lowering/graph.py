@@ -29,131 +29,23 @@ an extern ``copy_`` after everything else, as any mutation.
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-import sympy
 import torch
 import torch.fx
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics
 from fusebackend.lowering import layouts
+from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_reason
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
+from fusebackend.lowering.values import LoweringContext, TensorArg
 
 aten = torch.ops.aten
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorArg:
-    """A tensor value during lowering: a view of a buffer and a meta tensor with its layout."""
-
-    view: ir.View
-    meta: torch.Tensor
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.view.dtype
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        return self.view.sizes
-
-
-class LoweringContext:
-    """What a lowering sees: the output's layout and helpers to read arguments at its index."""
-
-    def __init__(
-        self,
-        out_meta: torch.Tensor,
-        device: torch.device,
-        index: Sequence[Any] | None = None,
-    ) -> None:
-        self.out_meta = out_meta
-        self.device = device
-        self.sizes = tuple(out_meta.shape)
-        self.dtype = out_meta.dtype
-        # the output's index: its own loop variables, or (inside a reduction) a given index
-        self.vars = tuple(index) if index is not None else indexing.loop_vars("i", len(self.sizes))
-
-    def load(self, arg: TensorArg) -> ir.Expr:
-        """``arg`` broadcast to the output's sizes and read at the output's index."""
-        view = arg.view
-        nd_out, nd = len(self.sizes), len(view.sizes)
-        if nd > nd_out:
-            raise Unsupported("argument has more dims than the output")
-        idx = []
-        for k, size in enumerate(view.sizes):
-            out_size = self.sizes[nd_out - nd + k]
-            if size == 1:
-                idx.append(indexing.sympy.Integer(0))
-            elif size == out_size:
-                idx.append(self.vars[nd_out - nd + k])
-            else:
-                raise Unsupported(f"cannot broadcast {view.sizes} to {self.sizes}")
-        return ir.Load(view, tuple(idx))
-
-    def value(self, arg: Any, dtype: torch.dtype) -> ir.Expr:
-        """A tensor argument or a Python scalar as an expression of ``dtype``."""
-        if isinstance(arg, TensorArg):
-            return ir.cast(self.load(arg), dtype)
-        if isinstance(arg, (bool, int, float)):
-            return ir.Constant(ir._convert_scalar(arg, dtype), dtype)
-        raise Unsupported(f"unsupported argument {type(arg).__name__}")
-
-    @staticmethod
-    def result_type(*args: Any) -> torch.dtype:
-        """Type promotion of tensors and scalars, exactly as ATen does it."""
-        metas = [a.meta if isinstance(a, TensorArg) else a for a in args if a is not None]
-        _, result = elementwise_dtypes(
-            *metas, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
-        )
-        return result
-
-
-def _accumulator_dtype(reduction_type: str, dtype: torch.dtype) -> torch.dtype:
-    if reduction_type == "any":
-        return torch.bool
-    return ir.compute_dtype(dtype)
-
-
-def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
-    if reduction_type in ("sum", "m2"):
-        return 0
-    if reduction_type == "prod":
-        return 1
-    if reduction_type == "any":
-        return False
-    big = math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
-    return -big if reduction_type == "max" else big
-
-
-def split_count(xnumel: int, rnumel: int, column: bool) -> int:
-    """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
-
-    A row reduction runs a program per row or so: it splits when there are under 32 rows of at
-    least 64K elements. A column reduction runs a program per 64 columns: it splits when that
-    gives under 1024 programs and the columns are at least 2048 long. Chunks are a power of two
-    where one divides the length. Depends only on shapes, so CPU tests run the kernels a GPU runs.
-    """
-    if column:
-        programs = -(-xnumel // 64)
-        if rnumel < 2048 or programs >= 1024:
-            return 1
-        want = min(1024 // programs, rnumel // 256)
-    else:
-        if rnumel < 65536 or xnumel >= 32:
-            return 1
-        want = min(-(-rnumel // 8192), 512 // max(xnumel, 1))
-    if want < 2:
-        return 1
-    split = 1 << (want.bit_length() - 1)  # a power of two: divides power-of-two lengths
-    return split if rnumel % split == 0 else want
 
 
 def _check_matches(result: Any, out_meta: Any) -> None:
@@ -248,21 +140,20 @@ def is_view_op(op: torch._ops.OpOverload) -> bool:
     return info is not None and not info.is_write
 
 
-class GraphLowering:
+class GraphLowering(IRBuilder):
+    """Walks an ATen FX graph for concrete inputs, lowering each op (the module docstring)."""
+
     def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
                  user_outputs: int | None = None) -> None:
         self.gm = gm
         self.args = list(args)
         self.name = name
-        self.nodes: list[ir.Node] = []
         self.env: dict[torch.fx.Node, Any] = {}
-        self.base_offset: dict[str, int] = {}
-        self._count = 0
         tensors = [a for a in self.args if isinstance(a, torch.Tensor)]
         devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors} or _traced_devices(gm)
         if len(devices) > 1:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
-        self.device = devices.pop() if devices else torch.device("cpu")
+        super().__init__(devices.pop() if devices else torch.device("cpu"))
         self.moved_inputs: list[int] = []
         self.node: torch.fx.Node | None = None  # the FX node being lowered
         self.copies: list[tuple[ir.Pointwise, ir.Buffer, Any]] = []  # copy_ into an input: node, input, meta
@@ -271,22 +162,12 @@ class GraphLowering:
         self.constants: list[tuple[ir.Buffer, torch.Tensor]] = []  # get_attr tensors
         self.fx_values: dict[str, str] = {}  # buffer -> FX node whose value it holds
         self.foreign: set[str] = set()  # extern results on another device (ir.IRGraph.foreign)
-        self.origin = ""
         # layouts.py: 2-d convolutions read channels-last inputs; the first ``user_outputs``
         # outputs (all where None) keep eager's layout once some tensor's layout was changed
         self.channels_last = layouts.wants_channels_last(self.device)
         self.user_outputs = user_outputs
 
     # ---------------------------------------------------------------------------- helpers
-    def _new_name(self) -> str:
-        name = f"buf{self._count}"
-        self._count += 1
-        return name
-
-    def _tensor_arg(self, buffer: ir.Buffer, meta: torch.Tensor) -> TensorArg:
-        self.base_offset[buffer.name] = meta.storage_offset()
-        return TensorArg(buffer.whole(), meta)
-
     def _to_meta(self, value: Any) -> Any:
         def leaf(v: Any) -> Any:
             if isinstance(v, TensorArg):
@@ -524,179 +405,6 @@ class GraphLowering:
         ctx = LoweringContext(out_meta, self.device)
         body = lowering(ctx, **bound)
         return self._add_pointwise(tuple(out_meta.shape), out_meta.dtype, body, tuple(out_meta.stride()), str(target))
-
-    def _new_buffer(self, sizes: tuple[int, ...], dtype: torch.dtype, strides: tuple[int, ...] | None) -> ir.Buffer:
-        if strides is None or not indexing.is_dense(sizes, strides):
-            strides = indexing.contiguous_strides(sizes)
-        return ir.Buffer(self._new_name(), dtype, sizes, strides)
-
-    def _add_pointwise(
-        self, sizes: tuple[int, ...], dtype: torch.dtype, body: ir.Expr, strides: tuple[int, ...] | None, origin: str
-    ) -> TensorArg:
-        buf = self._new_buffer(sizes, dtype, strides)
-        self.nodes.append(ir.Pointwise(buf, ir.cast(body, dtype), origin))
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=dtype, device="meta"))
-
-    # ------------------------------------------------------------ builder for composites
-    def pointwise(
-        self,
-        sizes: Sequence[int],
-        dtype: torch.dtype,
-        body: Callable[[LoweringContext], ir.Expr],
-        strides: Sequence[int] | None = None,
-    ) -> TensorArg:
-        """Add a pointwise node of ``sizes``; ``body(ctx)`` builds it with ``ctx.load``/``ctx.value``."""
-        meta = torch.empty(tuple(sizes), dtype=dtype, device="meta")
-        expr = body(LoweringContext(meta, self.device))
-        return self._add_pointwise(tuple(sizes), dtype, expr, None if strides is None else tuple(strides), self.origin)
-
-    def reduce(
-        self,
-        src: TensorArg,
-        dims: Sequence[int],
-        keepdim: bool,
-        reduction_type: str,
-        out_dtype: torch.dtype,
-        body: Callable[[LoweringContext], ir.Expr],
-        strides: Sequence[int] | None = None,
-    ) -> TensorArg:
-        """Add a reduction of ``src`` over ``dims``.
-
-        ``body(ctx)`` gives the value to reduce at one element of ``src``'s shape: ``ctx.load``
-        reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
-        rows, the reduction is split in two phases (partial results, then their reduction).
-        """
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, keepdim, body)
-        xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
-        if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
-            if reduction_type in ("max", "min", "argmax", "argmin"):
-                raise Unsupported(f"{reduction_type} over an empty dim")
-            acc = _accumulator_dtype(reduction_type, value.dtype)
-            neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
-            return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
-        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
-        if nsplit > 1:
-            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
-                                      (sizes, source_index))
-        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
-        if reduction_type not in ("argmax", "argmin"):
-            value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
-        node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
-        self.nodes.append(node)
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
-
-    def _reduction_parts(
-        self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
-    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[sympy.Expr, ...], ir.Expr, bool]:
-        """(src sizes, output sizes, reduced sizes, src index in i/r variables, the body's value,
-        whether it is a column reduction) of a reduction of ``src`` over ``dims``."""
-        sizes = tuple(src.sizes)
-        dims = sorted({d % len(sizes) for d in dims}) if sizes else []
-        kept = [d for d in range(len(sizes)) if d not in dims]
-        out_sizes = tuple(1 if d in dims else sizes[d] for d in range(len(sizes))) if keepdim else tuple(sizes[d] for d in kept)
-        rranges = tuple(sizes[d] for d in dims)
-        ivars = indexing.loop_vars("i", len(out_sizes))
-        rvars = indexing.loop_vars("r", len(rranges))
-        source_index = tuple(
-            rvars[dims.index(d)] if d in dims else (ivars[d] if keepdim else ivars[kept.index(d)])
-            for d in range(len(sizes))
-        )
-        src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
-        value = body(LoweringContext(src_meta, self.device, index=source_index))
-        column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
-        return sizes, out_sizes, rranges, source_index, value, column
-
-    def split_partials(
-        self, src: TensorArg, dims: Sequence[int], reduction_type: str, body: Callable[[LoweringContext], ir.Expr],
-    ) -> tuple[TensorArg, int, bool] | None:
-        """Phase 1 alone of the split ``reduce`` would make (keepdim off), where it would split
-        the rows into chunks of equal length: (the partial results, the chunk length, whether the
-        split index is the partials' first dim (a column reduction) rather than their last).
-        None where ``reduce`` would not split. For reductions whose phase 2 is not the same
-        reduction of the partials (the variance's, which combines sums and m2s)."""
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, False, body)
-        rnumel = math.prod(rranges)
-        nsplit = split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
-        if nsplit <= 1 or rnumel % nsplit:
-            return None
-        part, chunk = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, (sizes, source_index))
-        return part, chunk, column
-
-    def _split_reduce(
-        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
-        out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None, column: bool,
-        source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
-    ) -> TensorArg:
-        """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results.
-
-        For a column reduction the split index is the partial buffer's outer dim, so that the
-        rows of one phase-1 block are neighbouring columns (coalesced loads); otherwise it is the
-        inner dim, so that each row's partials are contiguous for phase 2. ``source``: the
-        reduced tensor's sizes and index; phase 1 keeps them (in its own variables), so that a
-        producer of that tensor fuses into it as its prologue even when it must be stored too
-        (where the chunks overrun the rows, the positions past the end store nothing).
-        """
-        part_arg, _ = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, source)
-        n_out = len(out_sizes)
-        pos = indexing.loop_vars("r", 1)[0]
-        old_i = indexing.loop_vars("i", n_out)
-        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
-        if column:
-            body = ir.Load(part_arg.view, (pos,) + tuple(old_i))
-        else:
-            body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
-        self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
-
-    def _split_phase1(
-        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
-        nsplit: int, column: bool, source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
-    ) -> tuple[TensorArg, int]:
-        """The partial results of ``nsplit`` chunks of every row (see ``_split_reduce``), and the
-        chunk length."""
-        acc = _accumulator_dtype(reduction_type, value.dtype)
-        rnumel = math.prod(rranges)
-        chunk = -(-rnumel // nsplit)
-        n_out = len(out_sizes)
-        ivars = indexing.loop_vars("i", n_out + 1)
-        pos = indexing.loop_vars("r", 1)[0]
-        if column:
-            split, out_vars = ivars[0], ivars[1:]
-            part_sizes = (nsplit,) + out_sizes
-        else:
-            split, out_vars = ivars[-1], ivars[:-1]
-            part_sizes = out_sizes + (nsplit,)
-        flat = split * chunk + pos
-        old_r = indexing.loop_vars("r", len(rranges))
-        unravelled = indexing.unravel(flat, rranges, indexing.contiguous_strides(rranges))
-        old_i = indexing.loop_vars("i", n_out)
-        renamed = {
-            **{r: e for r, e in zip(old_r, unravelled)},
-            **({i: v for i, v in zip(old_i, out_vars)} if column else {}),
-        }
-        moved = ir.substitute_index(ir.cast(value, acc), renamed)
-        source_sizes, source_index = source[0], tuple(sympy.sympify(e).xreplace(renamed) for e in source[1])
-        inside = None
-        if nsplit * chunk != rnumel:  # padded: the neutral element stands in past the end
-            assert reduction_type != "m2", "an m2 has no neutral value: only exact chunks"
-            inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
-            moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
-        part = self._new_buffer(part_sizes, acc, None)
-        self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
-                                       self.origin + " (split, phase 1)", source_valid=inside))
-        part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
-        return part_arg, chunk
-
-    def new_buffer(self, sizes: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> ir.Buffer:
-        """A fresh buffer for a node a composite lowering builds itself (contiguous unless
-        ``strides`` are given and dense)."""
-        return self._new_buffer(tuple(sizes), dtype, None if strides is None else tuple(strides))
-
-    def add_node(self, node: ir.Scan | ir.Scatter) -> TensorArg:
-        """Append a node a composite lowering built (a scan, a scatter); its buffer as a tensor."""
-        self.nodes.append(node)
-        buf = node.buffer
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta"))
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
         """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""

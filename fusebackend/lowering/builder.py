@@ -1,0 +1,248 @@
+"""``IRBuilder``: how lowerings add IR nodes to a graph: buffers, pointwise nodes, reductions
+(split into two phases where there are too few rows to fill a GPU), and nodes a composite
+lowering builds itself. ``GraphLowering`` (``graph.py``) is an IRBuilder that also walks the FX
+graph; composite lowerings receive it and build through these methods."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import sympy
+import torch
+
+from fusebackend import indexing, ir
+from fusebackend.lowering.registry import Unsupported
+from fusebackend.lowering.values import LoweringContext, TensorArg
+
+
+def _accumulator_dtype(reduction_type: str, dtype: torch.dtype) -> torch.dtype:
+    if reduction_type == "any":
+        return torch.bool
+    return ir.compute_dtype(dtype)
+
+
+def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
+    if reduction_type in ("sum", "m2"):
+        return 0
+    if reduction_type == "prod":
+        return 1
+    if reduction_type == "any":
+        return False
+    big = math.inf if dtype.is_floating_point else torch.iinfo(dtype).max
+    return -big if reduction_type == "max" else big
+
+
+def split_count(xnumel: int, rnumel: int, column: bool) -> int:
+    """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
+
+    A row reduction runs a program per row or so: it splits when there are under 32 rows of at
+    least 64K elements. A column reduction runs a program per 64 columns: it splits when that
+    gives under 1024 programs and the columns are at least 2048 long. Chunks are a power of two
+    where one divides the length. Depends only on shapes, so CPU tests run the kernels a GPU runs.
+    """
+    if column:
+        programs = -(-xnumel // 64)
+        if rnumel < 2048 or programs >= 1024:
+            return 1
+        want = min(1024 // programs, rnumel // 256)
+    else:
+        if rnumel < 65536 or xnumel >= 32:
+            return 1
+        want = min(-(-rnumel // 8192), 512 // max(xnumel, 1))
+    if want < 2:
+        return 1
+    split = 1 << (want.bit_length() - 1)  # a power of two: divides power-of-two lengths
+    return split if rnumel % split == 0 else want
+
+
+class IRBuilder:
+    """The nodes built so far, in order, and the primitives that add them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.nodes: list[ir.Node] = []
+        self.base_offset: dict[str, int] = {}  # buffer -> storage offset of its whole view's meta
+        self.origin = ""  # what the nodes being built come from (the ATen op), for the dumps
+        self._count = 0
+
+    def _new_name(self) -> str:
+        name = f"buf{self._count}"
+        self._count += 1
+        return name
+
+    def _tensor_arg(self, buffer: ir.Buffer, meta: torch.Tensor) -> TensorArg:
+        self.base_offset[buffer.name] = meta.storage_offset()
+        return TensorArg(buffer.whole(), meta)
+
+    def _new_buffer(self, sizes: tuple[int, ...], dtype: torch.dtype, strides: tuple[int, ...] | None) -> ir.Buffer:
+        if strides is None or not indexing.is_dense(sizes, strides):
+            strides = indexing.contiguous_strides(sizes)
+        return ir.Buffer(self._new_name(), dtype, sizes, strides)
+
+    def _add_pointwise(
+        self, sizes: tuple[int, ...], dtype: torch.dtype, body: ir.Expr, strides: tuple[int, ...] | None, origin: str
+    ) -> TensorArg:
+        buf = self._new_buffer(sizes, dtype, strides)
+        self.nodes.append(ir.Pointwise(buf, ir.cast(body, dtype), origin))
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=dtype, device="meta"))
+
+    def pointwise(
+        self,
+        sizes: Sequence[int],
+        dtype: torch.dtype,
+        body: Callable[[LoweringContext], ir.Expr],
+        strides: Sequence[int] | None = None,
+    ) -> TensorArg:
+        """Add a pointwise node of ``sizes``; ``body(ctx)`` builds it with ``ctx.load``/``ctx.value``."""
+        meta = torch.empty(tuple(sizes), dtype=dtype, device="meta")
+        expr = body(LoweringContext(meta, self.device))
+        return self._add_pointwise(tuple(sizes), dtype, expr, None if strides is None else tuple(strides), self.origin)
+
+    def new_buffer(self, sizes: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> ir.Buffer:
+        """A fresh buffer for a node a composite lowering builds itself (contiguous unless
+        ``strides`` are given and dense)."""
+        return self._new_buffer(tuple(sizes), dtype, None if strides is None else tuple(strides))
+
+    def add_node(self, node: ir.Scan | ir.Scatter) -> TensorArg:
+        """Append a node a composite lowering built (a scan, a scatter); its buffer as a tensor."""
+        self.nodes.append(node)
+        buf = node.buffer
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta"))
+
+    def reduce(
+        self,
+        src: TensorArg,
+        dims: Sequence[int],
+        keepdim: bool,
+        reduction_type: str,
+        out_dtype: torch.dtype,
+        body: Callable[[LoweringContext], ir.Expr],
+        strides: Sequence[int] | None = None,
+    ) -> TensorArg:
+        """Add a reduction of ``src`` over ``dims``.
+
+        ``body(ctx)`` gives the value to reduce at one element of ``src``'s shape: ``ctx.load``
+        reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
+        rows, the reduction is split in two phases (partial results, then their reduction).
+        """
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, keepdim, body)
+        xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
+        if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
+            if reduction_type in ("max", "min", "argmax", "argmin"):
+                raise Unsupported(f"{reduction_type} over an empty dim")
+            acc = _accumulator_dtype(reduction_type, value.dtype)
+            neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
+            return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
+        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
+        if nsplit > 1:
+            return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
+                                      (sizes, source_index))
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        if reduction_type not in ("argmax", "argmin"):
+            value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
+        node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
+        self.nodes.append(node)
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+
+    def _reduction_parts(
+        self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[sympy.Expr, ...], ir.Expr, bool]:
+        """(src sizes, output sizes, reduced sizes, src index in i/r variables, the body's value,
+        whether it is a column reduction) of a reduction of ``src`` over ``dims``."""
+        sizes = tuple(src.sizes)
+        dims = sorted({d % len(sizes) for d in dims}) if sizes else []
+        kept = [d for d in range(len(sizes)) if d not in dims]
+        out_sizes = tuple(1 if d in dims else sizes[d] for d in range(len(sizes))) if keepdim else tuple(sizes[d] for d in kept)
+        rranges = tuple(sizes[d] for d in dims)
+        ivars = indexing.loop_vars("i", len(out_sizes))
+        rvars = indexing.loop_vars("r", len(rranges))
+        source_index = tuple(
+            rvars[dims.index(d)] if d in dims else (ivars[d] if keepdim else ivars[kept.index(d)])
+            for d in range(len(sizes))
+        )
+        src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
+        value = body(LoweringContext(src_meta, self.device, index=source_index))
+        column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
+        return sizes, out_sizes, rranges, source_index, value, column
+
+    def split_partials(
+        self, src: TensorArg, dims: Sequence[int], reduction_type: str, body: Callable[[LoweringContext], ir.Expr],
+    ) -> tuple[TensorArg, int, bool] | None:
+        """Phase 1 alone of the split ``reduce`` would make (keepdim off), where it would split
+        the rows into chunks of equal length: (the partial results, the chunk length, whether the
+        split index is the partials' first dim (a column reduction) rather than their last).
+        None where ``reduce`` would not split. For reductions whose phase 2 is not the same
+        reduction of the partials (the variance's, which combines sums and m2s)."""
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, False, body)
+        rnumel = math.prod(rranges)
+        nsplit = split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
+        if nsplit <= 1 or rnumel % nsplit:
+            return None
+        part, chunk = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, (sizes, source_index))
+        return part, chunk, column
+
+    def _split_reduce(
+        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
+        out_dtype: torch.dtype, nsplit: int, strides: Sequence[int] | None, column: bool,
+        source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
+    ) -> TensorArg:
+        """Phase 1 reduces ``nsplit`` chunks of every row; phase 2 reduces the partial results.
+
+        For a column reduction the split index is the partial buffer's outer dim, so that the
+        rows of one phase-1 block are neighbouring columns (coalesced loads); otherwise it is the
+        inner dim, so that each row's partials are contiguous for phase 2. ``source``: the
+        reduced tensor's sizes and index; phase 1 keeps them (in its own variables), so that a
+        producer of that tensor fuses into it as its prologue even when it must be stored too
+        (where the chunks overrun the rows, the positions past the end store nothing).
+        """
+        part_arg, _ = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, source)
+        n_out = len(out_sizes)
+        pos = indexing.loop_vars("r", 1)[0]
+        old_i = indexing.loop_vars("i", n_out)
+        buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+        if column:
+            body = ir.Load(part_arg.view, (pos,) + tuple(old_i))
+        else:
+            body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
+        self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
+        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+
+    def _split_phase1(
+        self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
+        nsplit: int, column: bool, source: tuple[tuple[int, ...], tuple[sympy.Expr, ...]],
+    ) -> tuple[TensorArg, int]:
+        """The partial results of ``nsplit`` chunks of every row (see ``_split_reduce``), and the
+        chunk length."""
+        acc = _accumulator_dtype(reduction_type, value.dtype)
+        rnumel = math.prod(rranges)
+        chunk = -(-rnumel // nsplit)
+        n_out = len(out_sizes)
+        ivars = indexing.loop_vars("i", n_out + 1)
+        pos = indexing.loop_vars("r", 1)[0]
+        if column:
+            split, out_vars = ivars[0], ivars[1:]
+            part_sizes = (nsplit,) + out_sizes
+        else:
+            split, out_vars = ivars[-1], ivars[:-1]
+            part_sizes = out_sizes + (nsplit,)
+        flat = split * chunk + pos
+        old_r = indexing.loop_vars("r", len(rranges))
+        unravelled = indexing.unravel(flat, rranges, indexing.contiguous_strides(rranges))
+        old_i = indexing.loop_vars("i", n_out)
+        renamed = {
+            **{r: e for r, e in zip(old_r, unravelled)},
+            **({i: v for i, v in zip(old_i, out_vars)} if column else {}),
+        }
+        moved = ir.substitute_index(ir.cast(value, acc), renamed)
+        source_sizes, source_index = source[0], tuple(sympy.sympify(e).xreplace(renamed) for e in source[1])
+        inside = None
+        if nsplit * chunk != rnumel:  # padded: the neutral element stands in past the end
+            assert reduction_type != "m2", "an m2 has no neutral value: only exact chunks"
+            inside = ir.op("lt", ir.IndexValue(flat, torch.int64), ir.Constant(rnumel, torch.int64), dtype=torch.bool)
+            moved = ir.op("where", inside, moved, ir.Constant(_neutral(reduction_type, acc), acc), dtype=acc)
+        part = self._new_buffer(part_sizes, acc, None)
+        self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
+                                       self.origin + " (split, phase 1)", source_valid=inside))
+        part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
+        return part_arg, chunk

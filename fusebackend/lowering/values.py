@@ -1,0 +1,81 @@
+"""What lowerings handle: tensor values (``TensorArg``) and the context a lowering builds its
+expression in (``LoweringContext``: the output's layout and index, loads of arguments broadcast
+to it, ATen's type promotion)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from fusebackend import indexing, ir
+from fusebackend.lowering.registry import Unsupported
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorArg:
+    """A tensor value during lowering: a view of a buffer and a meta tensor with its layout."""
+
+    view: ir.View
+    meta: torch.Tensor
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.view.dtype
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.view.sizes
+
+
+class LoweringContext:
+    """What a lowering sees: the output's layout and helpers to read arguments at its index."""
+
+    def __init__(
+        self,
+        out_meta: torch.Tensor,
+        device: torch.device,
+        index: Sequence[Any] | None = None,
+    ) -> None:
+        self.out_meta = out_meta
+        self.device = device
+        self.sizes = tuple(out_meta.shape)
+        self.dtype = out_meta.dtype
+        # the output's index: its own loop variables, or (inside a reduction) a given index
+        self.vars = tuple(index) if index is not None else indexing.loop_vars("i", len(self.sizes))
+
+    def load(self, arg: TensorArg) -> ir.Expr:
+        """``arg`` broadcast to the output's sizes and read at the output's index."""
+        view = arg.view
+        nd_out, nd = len(self.sizes), len(view.sizes)
+        if nd > nd_out:
+            raise Unsupported("argument has more dims than the output")
+        idx = []
+        for k, size in enumerate(view.sizes):
+            out_size = self.sizes[nd_out - nd + k]
+            if size == 1:
+                idx.append(indexing.sympy.Integer(0))
+            elif size == out_size:
+                idx.append(self.vars[nd_out - nd + k])
+            else:
+                raise Unsupported(f"cannot broadcast {view.sizes} to {self.sizes}")
+        return ir.Load(view, tuple(idx))
+
+    def value(self, arg: Any, dtype: torch.dtype) -> ir.Expr:
+        """A tensor argument or a Python scalar as an expression of ``dtype``."""
+        if isinstance(arg, TensorArg):
+            return ir.cast(self.load(arg), dtype)
+        if isinstance(arg, (bool, int, float)):
+            return ir.Constant(ir._convert_scalar(arg, dtype), dtype)
+        raise Unsupported(f"unsupported argument {type(arg).__name__}")
+
+    @staticmethod
+    def result_type(*args: Any) -> torch.dtype:
+        """Type promotion of tensors and scalars, exactly as ATen does it."""
+        metas = [a.meta if isinstance(a, TensorArg) else a for a in args if a is not None]
+        _, result = elementwise_dtypes(
+            *metas, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+        )
+        return result
