@@ -44,6 +44,14 @@ class _Entry:
     def __init__(self, call: Callable[[list[Any]], Any], proven: bool) -> None:
         self.call = call
         self.proven = proven
+        self.check: SignatureCheck | None = None  # its signature's fast check, once made
+        self.checked = False  # whether that was tried (it may be impossible: None)
+
+    def fast_check(self, args: list[Any]) -> SignatureCheck | None:
+        """The fast check of this entry's signature, made from ``args`` the first time."""
+        if not self.checked:
+            self.check, self.checked = SignatureCheck.make(args), True
+        return self.check
 
 
 class FusedGraph:
@@ -108,7 +116,7 @@ class FusedGraph:
                 entry = self._fall_back(key, "compiling", exc)
         else:
             metrics.cache_hits += 1
-        check = SignatureCheck.make(args)
+        check = entry.fast_check(args)  # before the call, which may clear args
         if entry.proven:
             self.fast = (check, entry) if check is not None else None
             return entry.call(args)

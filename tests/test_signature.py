@@ -95,3 +95,20 @@ def test_without_tensorguards_every_call_takes_the_key(monkeypatch: pytest.Monke
         (out,) = graph([x, y, n])
         assert_same(out, x * n + y)
     assert graph.fast is None and len(graph.cache) == 2
+
+
+def test_alternating_signatures_make_each_check_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[int] = []
+    original = SignatureCheck.make
+
+    def counting(args: list) -> SignatureCheck | None:
+        made.append(len(args))
+        return original(args)
+
+    monkeypatch.setattr(SignatureCheck, "make", staticmethod(counting))
+    graph = make_graph()
+    a, b, y = torch.randn(3, 4), torch.randn(5, 4), torch.randn(4)
+    for x in (a, b, a, b, a, b):
+        (out,) = graph([x, y, 2])
+        assert_same(out, x * 2 + y)
+    assert len(graph.cache) == 2 and len(made) == 2
