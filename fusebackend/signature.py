@@ -10,11 +10,11 @@ host step (270 inputs), more than any other part of fuse's own work.
 no key to build: ``TensorGuards``, the C++ check Dynamo's tensor guards were made of, compares the
 dtype, device, dispatch keys, ``requires_grad``, sizes and strides of all the tensors in one call
 (24 us for 270 tensors on the development machine, against 258 us to build the key and look it
-up, 2026-11-24), and the numbers are compared as a tuple. Whether a tensor starts its storage is not checked: compiled
-code reads every input through its own data pointer, at offsets relative to it, and each launch
-checks the pointers' alignment (``runtime.Launcher``). A call that does not match takes the full
-key, so a new signature still compiles anew; where ``TensorGuards`` is missing or takes other
-arguments, every call does.
+up, 2026-11-24), and the numbers are compared as a tuple. Whether a tensor starts its storage is
+not checked: compiled code reads every input through its own data pointer, at offsets relative
+to it, and each launch checks the pointers' alignment (``runtime.Launcher``). A call that does
+not match takes the full key, so a new signature still compiles anew; where ``TensorGuards`` is
+missing or takes other arguments, every call does.
 """
 
 from __future__ import annotations
