@@ -333,9 +333,7 @@ class GraphLowering(IRBuilder):
 
     def _copy_as(self, x: TensorArg, meta: torch.Tensor, why: str) -> TensorArg:
         clone = aten.clone.default
-        copied = self.lower_node(clone, POINTWISE[clone], (x,), {}, meta)
-        self.nodes[-1] = dataclasses.replace(self.nodes[-1], origin=f"{clone} ({why})")
-        return copied
+        return self.lower_node(clone, POINTWISE[clone], (x,), {}, meta, why)
 
     def _eager_output_layouts(self, node: torch.fx.Node, outputs: list[Any]) -> list[Any]:
         """Outputs the user sees in the layout eager gives them, where the lowering made them
@@ -400,11 +398,15 @@ class GraphLowering(IRBuilder):
         self.copies.append((self.nodes[-1], dst.view.buffer, out_meta))
         return dst
 
-    def lower_node(self, target: Any, lowering: Any, args: Any, kwargs: Any, out_meta: torch.Tensor) -> TensorArg:
+    def lower_node(self, target: Any, lowering: Any, args: Any, kwargs: Any, out_meta: torch.Tensor,
+                   why: str = "") -> TensorArg:
+        """A pointwise node for ``target`` in ``out_meta``'s layout; ``why``: for the dumps, when
+        the lowering itself adds the op (a layout copy, a pad)."""
         bound = bind_arguments(target, args, kwargs)
         ctx = LoweringContext(out_meta, self.device)
         body = lowering(ctx, **bound)
-        return self._add_pointwise(tuple(out_meta.shape), out_meta.dtype, body, tuple(out_meta.stride()), str(target))
+        origin = f"{target} ({why})" if why else str(target)
+        return self._add_pointwise(tuple(out_meta.shape), out_meta.dtype, body, tuple(out_meta.stride()), origin)
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
         """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""

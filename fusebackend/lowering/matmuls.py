@@ -17,7 +17,6 @@ output the user sees is copied into eager's layout (``graph.py``).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -58,9 +57,8 @@ def _pad_columns(b: GraphLowering, x: TensorArg, n_pad: int) -> TensorArg:
         strides = (n_pad, 1)[-len(sizes):]
     meta = torch.empty_strided(padded, strides, dtype=x.dtype, device="meta")
     pad = aten.constant_pad_nd.default
-    out = b.lower_node(pad, POINTWISE[pad], (x, [0, n_pad - sizes[-1]], 0.0), {}, meta)
-    b.nodes[-1] = dataclasses.replace(b.nodes[-1], origin=f"{pad} (aligned columns for a matrix product)")
-    return out
+    return b.lower_node(pad, POINTWISE[pad], (x, [0, n_pad - sizes[-1]], 0.0), {}, meta,
+                        "aligned columns for a matrix product")
 
 
 def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: TensorArg, mat2: TensorArg,
