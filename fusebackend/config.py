@@ -63,6 +63,9 @@ class Config:
     # "auto" pads them on a GPU in half precision where the product is large; "always" pads every
     # one (any device, dtype, size); "never" leaves them to cuBLAS as they are.
     pad_mm: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PAD_MM", "auto"))
+    # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
+    # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
+    column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)
     # FUSE_CHECK_KERNELS: 1 compiles graphs that, on every call, compare each buffer a kernel or
     # ATen call stores with the value eager computes for the same ATen node, and record the
     # comparisons (``fusebackend.checking``). Slow: for finding the first wrong kernel.

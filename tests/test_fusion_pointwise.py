@@ -29,14 +29,15 @@ def only_kernel() -> str:
 
 def wrapper_steps(wrapper: str) -> list[str]:
     """The wrapper's launches and extern calls in order: kernel names and ``extern:<op>``."""
+    aliases = dict(re.findall(r"^(aten_\w+) = aten_call\(torch\.ops\.(aten\.\w+\.\w+)\)", wrapper, re.M))
     steps = []
-    for line in wrapper.splitlines():
+    for line in wrapper.split("\ndef call(", 1)[1].splitlines():
         launch = re.search(r"^\s*(fused_\w+)\(", line)
-        extern = re.search(r"torch\.ops\.(aten\.\w+\.\w+)\(", line)
+        extern = re.search(r"\b(aten_\w+)\(", line)
         if launch:
             steps.append(launch.group(1))
         elif extern:
-            steps.append("extern:" + extern.group(1))
+            steps.append("extern:" + aliases[extern.group(1)])
     return steps
 
 

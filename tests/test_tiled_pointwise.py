@@ -89,3 +89,52 @@ def test_tiled_kernel_with_many_outer_blocks_and_odd_sizes() -> None:
     check(lambda x: torch.relu(x.transpose(-1, -2)).contiguous(), x)
     source = _source()
     assert "tiled: 40 (y) by 24 (x) elements per 7 outer block(s)" in source
+
+
+# ------------------------------------------------ column tiles: per-channel values of NHWC tensors
+
+
+def _batch_norm_nhwc(x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, w: torch.Tensor,
+                     b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(torch.nn.functional.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5))
+
+
+def _bn_inputs(n: int, c: int, h: int, w: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    x = torch.randn(n, c, h, w).to(dtype).to(memory_format=torch.channels_last)
+    return [x, torch.randn(c).to(dtype), (torch.rand(c) + 0.5).to(dtype), torch.randn(c).to(dtype),
+            torch.randn(c).to(dtype)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_batch_norm_of_a_channels_last_tensor_is_column_tiled(dtype: torch.dtype) -> None:
+    check(_batch_norm_nhwc, *_bn_inputs(2, 64, 5, 4, dtype))
+    assert kernel_count() == 1
+    source = _source()
+    assert "# tiled: 40 rows (y) of 64 columns (x)" in source
+    # the per-channel values are [1, XBLOCK] blocks: the root is taken once per column of a block
+    for k in range(1, 5):
+        assert f"tl.load(in_ptr{k} + (x_inner))" in source
+    assert "tl.load(in_ptr0 + (x_inner + 64*y_index))" in source
+    assert "xmask" not in source
+
+
+@pytest.mark.parametrize("shape", [(2, 24, 5, 4), (1, 64, 1, 3), (4, 48, 7, 4)], ids=str)
+def test_column_tiles_need_blocks_that_divide(shape: tuple[int, ...]) -> None:
+    # 24 channels: blocks of 8 columns are too narrow; 3 rows: too few; 48 x 112: both divide
+    check(_batch_norm_nhwc, *_bn_inputs(*shape, torch.float32))
+    source = _source()
+    assert ("rows (y) of" in source) == (shape == (4, 48, 7, 4))
+
+
+def test_one_per_column_load_stays_flat() -> None:
+    x = torch.randn(2, 64, 4, 4).to(memory_format=torch.channels_last)
+    check(lambda x, b: torch.relu(x + b.view(1, -1, 1, 1)), x, torch.randn(64))
+    assert "tiled" not in _source()
+
+
+def test_column_tiles_off() -> None:
+    import fusebackend
+
+    with fusebackend.config.patch(column_tiles=False):
+        check(_batch_norm_nhwc, *_bn_inputs(2, 64, 5, 4, torch.float32))
+    assert "tiled" not in _source()

@@ -85,10 +85,15 @@ def generate_wrapper(
     w = LineWriter()
     w.line(f"# fusebackend wrapper for graph {graph.name}")
     w.line("import torch")
-    w.line("from fusebackend.kernels.runtime import allocators, expect_layout, on_device, view")
+    w.line("from fusebackend.kernels.runtime import allocators, aten_call, expect_layout, on_device, view")
     w.line("")
     w.line(f"device = torch.device({str(graph.device)!r})")
     w.line("empty_fast, empty_any = allocators(device)  # (size, stride, dtype) -> tensor")
+    ops = sorted({str(step.node.op) for step in steps if isinstance(step, ExternCall)})
+    if ops:
+        w.line("# the ATen calls: Python bindings where they take the schema's arguments (runtime.aten_call)")
+    for op in ops:
+        w.line(f"{_op_alias(op)} = aten_call(torch.ops.{op})")
     w.line("")
     w.line("")
     w.line("def call(args):")
@@ -147,7 +152,7 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
     """
     args = [_render(a, constants) for a in node.args]
     args += [f"{k}={_render(v, constants)}" for k, v in node.kwargs]
-    call = f"torch.ops.{node.op}({', '.join(args)})"
+    call = f"{_op_alias(str(node.op))}({', '.join(args)})"
     if len(node.outputs) == 1 and node.outputs[0][0] == () and not node.mutates:
         buf = node.outputs[0][1]
         w.line(f"{buf.name} = expect_layout({call}, {buf.sizes}, {buf.strides})")
@@ -163,6 +168,11 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
             w.line(f"{buf.name} = expect_layout({ref}, {buf.sizes}, {buf.strides})")
     if all(path != () for path, _ in node.outputs):
         w.line(f"del {node.name}")  # the results it holds are freed after their own last use
+
+
+def _op_alias(op: str) -> str:
+    """The wrapper module's name for an ATen op: ``aten.convolution.default`` -> ``aten_convolution``."""
+    return op.removesuffix(".default").replace(".", "_")
 
 
 def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scattered: dict[str, str]) -> None:

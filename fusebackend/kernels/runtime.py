@@ -150,10 +150,11 @@ class Launcher:
     and always in the interpreter (where no compiled kernel comes back), calls take Triton's own
     path.
 
-    A direct launch is one Python frame: each tensor's address read once (the alignment check
-    uses it, and the C launcher takes it as is: given a tensor, it would call ``data_ptr()``
-    again and ask the driver whether the address is a device pointer, for every pointer of
-    every launch), the launch hooks looked at, the current stream, the C call.
+    A direct launch is a function written for the kernel at its first call
+    (``_direct_launcher``): each tensor's address read once (the alignment check uses it, and the
+    C launcher takes it as is: given a tensor, it would call ``data_ptr()`` again and ask the
+    driver whether the address is a device pointer, for every pointer of every launch), one
+    alignment test for all pointers, the launch hooks looked at, the current stream, the C call.
     """
 
     def __init__(self, kernel: Any, grid: int, launch: dict[str, int]) -> None:
@@ -162,38 +163,66 @@ class Launcher:
         self.launch = launch
         self.constexprs = tuple(v for k, v in launch.items() if k not in COMPILE_OPTIONS)
         self.direct: DirectLaunch | None = None
-        # positions of the tensor arguments 16-byte aligned when Triton specialized, and the others
-        self.aligned: tuple[int, ...] = ()
-        self.unaligned: tuple[int, ...] = ()
+        self.fast: Any = None  # _direct_launcher's function, once the kernel is compiled
 
     def __call__(self, *args: Any) -> None:
-        direct = self.direct
-        if direct is not None:
-            addresses = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
-            for i in self.aligned:
-                if addresses[i] & 15:
-                    break
-            else:
-                if not self.unaligned or all(addresses[i] & 15 for i in self.unaligned):
-                    hooks = direct.hooks
-                    enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
-                    if direct.launch is not None and (enter is None or not getattr(enter, "calls", True)) and (
-                            leave is None or not getattr(leave, "calls", True)):
-                        direct.launch(*direct.grid, _current_stream(),
-                                      *direct.head, *addresses, *self.constexprs)
-                    else:  # a profiler's hooks, or a launcher of another kind: Triton's path
-                        direct.runner(*args, *self.constexprs)
-                    return
+        fast = self.fast
+        if fast is not None:
+            fast(*args)
+            return
+        self._through_triton(*args)
+
+    def _through_triton(self, *args: Any) -> None:
+        """Triton's own path: binds, specializes and compiles on the first call (and again for
+        pointers of another alignment); the first call also builds the direct launch."""
         if self.launch.get("debug") and use_interpreter():
             with _interpreter_asserts():
                 self.kernel[self.grid](*args, **self.launch)
             return
         compiled = self.kernel[self.grid](*args, **self.launch)
-        if not use_interpreter() and hasattr(compiled, "__getitem__"):
-            pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-            self.aligned = tuple(i for i in pointers if args[i].data_ptr() % 16 == 0)
-            self.unaligned = tuple(i for i in pointers if args[i].data_ptr() % 16 != 0)
-            self.direct = direct_launch(compiled, self.grid)
+        if self.fast is None and not use_interpreter() and hasattr(compiled, "__getitem__"):
+            direct = direct_launch(compiled, self.grid)
+            self.direct = direct
+            self.fast = _direct_launcher(direct, args, self.constexprs, self._through_triton)
+
+
+def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tuple[Any, ...],
+                     slow: Any) -> Any:
+    """A function launching ``direct`` for arguments laid out like ``args`` (the first call's).
+
+    Its source is written for this kernel: each tensor's address read once, one test that the
+    pointers aligned to 16 bytes at the first call still are (and the others still are not: the
+    compiled kernel was specialized on both), that no launch hook is set (a profiler's), and the
+    C call with the current stream. Otherwise ``slow``: Triton's path, or the runner with the
+    hooks. The generated source is kept on the function (``__source__``) for the dumps.
+    """
+    names = [f"a{i}" for i in range(len(args))]
+    pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    aligned = [f"p{i}" for i in pointers if args[i].data_ptr() % 16 == 0]
+    unaligned = [f"p{i}" for i in pointers if args[i].data_ptr() % 16 != 0]
+    passed = [f"p{i}" if i in pointers else names[i] for i in range(len(args))]
+    lines = [f"def launch({', '.join(names)}):"]
+    lines += [f"    p{i} = a{i}.data_ptr()" for i in pointers]
+    tests = ([f"not (({' | '.join(aligned)}) & 15)"] if aligned else []) + [f"{p} & 15" for p in unaligned]
+    cond = " and ".join(tests) or "True"
+    lines.append(f"    if {cond}:")
+    if direct.launch is not None:
+        lines.append("        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook")
+        lines.append("        if (enter is None or not getattr(enter, 'calls', True)) and (")
+        lines.append("                leave is None or not getattr(leave, 'calls', True)):")
+        lines.append(f"            c_launch(gx, gy, gz, current_stream(), *head, {', '.join(passed)}, *constexprs)")
+        lines.append("            return")
+    lines.append(f"        runner({', '.join(names)}, *constexprs)  # a profiler's hooks: Triton's path")
+    lines.append("        return")
+    lines.append(f"    slow({', '.join(names)})  # a pointer of another alignment: Triton specializes again")
+    source = "\n".join(lines) + "\n"
+    scope = {"hooks": direct.hooks, "c_launch": direct.launch, "head": direct.head, "runner": direct.runner,
+             "constexprs": constexprs, "slow": slow, "gx": direct.grid[0], "gy": direct.grid[1],
+             "gz": direct.grid[2], "current_stream": _current_stream}
+    exec(compile(source, "<fusebackend direct launch>", "exec"), scope)
+    fn = scope["launch"]
+    fn.__source__ = source
+    return fn
 
 
 @contextlib.contextmanager
@@ -287,6 +316,24 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
     return {**blocks, "num_warps": 4}
 
 
+def column_tile_config(rows: int, inner: int) -> dict[str, int] | None:
+    """Blocks for a column-tiled pointwise kernel (``codegen/pointwise.column_tile``): ``rows``
+    rows of ``inner`` contiguous elements, each block dividing its extent (no masks). None where
+    no such blocks are worth it: under 16 columns (a block must cover 32 contiguous bytes) or
+    under 4 rows a block (what is computed once per column would be shared by too few rows).
+
+    A block holds 4096 elements (1024 in the interpreter); with 4 warps a thread holds 32 of
+    them, 8 columns by 4 rows, so a value computed from the columns alone is computed once for
+    four elements."""
+    total = 1024 if use_interpreter() else 4096
+    xblock = math.gcd(inner, 256)
+    yblock = math.gcd(rows, total // xblock) if xblock >= 16 else 0
+    if yblock < 4:
+        return None
+    blocks = {"XBLOCK": xblock, "YBLOCK": yblock}
+    return blocks if use_interpreter() else {**blocks, "num_warps": 4}
+
+
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
     """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row).
 
@@ -367,6 +414,34 @@ _GUARDS = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
 # history, which a wrapper run by AOTAutograd never needs): 0.55 us against 1.3 us for
 # ``as_strided`` from Python on the development machine (2026-11-24).
 view = getattr(_GUARDS, "_reinterpret_tensor", None) or _view
+
+
+# ATen ops the wrapper calls through PyTorch's Python bindings (``torch.convolution``...) rather
+# than through the OpOverload: the same native function, reached by PyTorch's C++ argument parser
+# instead of the TorchScript schema matcher. Host time per call on an H200 machine's host (torch
+# 2.11, 2026-11-24, launches queued behind a busy GPU): a 1x1 convolution of ResNet-50 31.9 us
+# through ``torch.ops.aten.convolution.default``, 15.0 us through ``torch.convolution``; a 3x3
+# one 44.6 against 24.8 us. Only the ``default`` overloads of ops whose binding takes the schema's
+# arguments in the schema's order, names and defaults (one native function, no Python-only
+# signature ahead of it) and returns what the schema says; ``tests/test_codegen_choices.py`` runs
+# each against its OpOverload. Not the flash and cuDNN attention kernels: their bindings return
+# the ``SymInt`` results (the longest sequences) as tensors, which their backward ops refuse.
+PYTHON_BINDINGS = (
+    "convolution", "mm", "addmm", "bmm", "baddbmm",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
+)
+
+
+def aten_call(op: Any) -> Any:
+    """What the wrapper calls for the ATen op ``op``: its Python binding where it is in
+    ``PYTHON_BINDINGS`` and this torch has it, else the OpOverload itself."""
+    name = getattr(op, "_overloadname", None)
+    packet = op.overloadpacket.__name__ if name is not None else None
+    if name == "default" and op.namespace == "aten" and packet in PYTHON_BINDINGS:
+        binding = getattr(torch._C._VariableFunctions, packet, None)
+        if binding is not None:
+            return binding
+    return op
 
 
 def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:

@@ -165,6 +165,7 @@ class GraphLowering(IRBuilder):
         # layouts.py: 2-d convolutions read channels-last inputs; the first ``user_outputs``
         # outputs (all where None) keep eager's layout once some tensor's layout was changed
         self.channels_last = layouts.wants_channels_last(self.device)
+        self.relaid: dict[ir.View, TensorArg] = {}  # a tensor's channels-last copy, made once
         self.user_outputs = user_outputs
 
     # ---------------------------------------------------------------------------- helpers
@@ -287,8 +288,14 @@ class GraphLowering(IRBuilder):
             args = (self._channels_last(args[0]), *args[1:])
         try:
             out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
-        except Exception as exc:  # no meta kernel: the traced value says what it returns
-            return self.extern(target, args, kwargs, _traced_meta(node, target, exc), reason="no meta kernel")
+        except Exception as exc:
+            traced = self._traced_layouts(node, args)
+            if traced is None:  # no meta kernel: the traced value says what it returns
+                return self.extern(target, args, kwargs, _traced_meta(node, target, exc), reason="no meta kernel")
+            # the op needs the layout it was traced with (a view of what was contiguous, now
+            # channels-last): a copy in that layout, as reshape would make
+            args = traced
+            out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
         leaves = pytree.tree_leaves(out_meta)
         if not any(isinstance(t, torch.Tensor) for t in leaves):
             if target._schema.is_mutable:
@@ -323,13 +330,35 @@ class GraphLowering(IRBuilder):
             return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
 
+    def _traced_layouts(self, node: torch.fx.Node, args: Any) -> Any:
+        """``args`` with each tensor the lowering laid out otherwise than the trace (channels-last
+        around convolutions) copied back to its traced layout; None if there is none."""
+        changed = False
+        result = list(args)
+        for k, (arg, fx_arg) in enumerate(zip(args, node.args)):
+            val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+            if not (isinstance(arg, TensorArg) and isinstance(val, torch.Tensor)):
+                continue
+            strides = tuple(val.stride())
+            if (tuple(val.shape) != tuple(arg.meta.shape) or not all(isinstance(x, int) for x in strides)
+                    or strides == tuple(arg.meta.stride())
+                    or not indexing.is_dense(tuple(val.shape), strides)):
+                continue
+            meta = torch.empty_strided(tuple(val.shape), strides, dtype=arg.meta.dtype, device="meta")
+            result[k] = self._copy_as(arg, meta, "the layout the graph was traced with")
+            changed = True
+        return tuple(result) if changed else None
+
     def _channels_last(self, x: Any) -> Any:
         """``x`` as a channels-last tensor (layouts.py): itself, or a generated copy."""
         if not (isinstance(x, TensorArg) and layouts.needs_conversion(x.meta)):
             return x
+        if x.view in self.relaid:  # read by several convolutions (a block and its shortcut)
+            return self.relaid[x.view]
         sizes = tuple(x.meta.shape)
         meta = torch.empty_strided(sizes, layouts.channels_last_strides(sizes), dtype=x.dtype, device="meta")
-        return self._copy_as(x, meta, "channels-last input of a convolution")
+        copy = self.relaid[x.view] = self._copy_as(x, meta, "channels-last input of a convolution")
+        return copy
 
     def _copy_as(self, x: TensorArg, meta: torch.Tensor, why: str) -> TensorArg:
         clone = aten.clone.default
