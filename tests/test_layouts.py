@@ -180,7 +180,9 @@ def test_a_tensor_read_by_two_convolutions_is_copied_once() -> None:
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return a(x), b(x)
 
-    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+    # no TF32 on a GPU: cuDNN's channels-last and NCHW kernels round differently with it
+    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad(), \
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert_same(compile_fn(fn)(x), fn(x))
     ir_text = "\n".join(art.ir for art in fusebackend.history())
     assert ir_text.count("channels-last input of a convolution") == 1
@@ -199,3 +201,22 @@ def test_extern_results_differing_only_in_size_one_strides_are_not_copied() -> N
     moved = runtime.expect_layout(t.as_strided((4, 6), (1, 4)), (4, 6), (6, 1))
     assert moved.stride() == (6, 1)
     assert_same(moved, t.as_strided((4, 6), (1, 4)))
+
+
+def test_cudnn_gradients_of_nchw_tensors_are_declared_contiguous() -> None:
+    """The meta backward makes the weight gradient follow a channels-last output gradient; cuDNN
+    makes it follow the input and weight (both NCHW here: the graph's image), so that is declared
+    on a GPU, and the meta's layout elsewhere."""
+    from fusebackend.lowering import layouts
+
+    aten = torch.ops.aten
+    x, w = torch.empty(2, 3, 9, 7, device="meta"), torch.empty(8, 3, 3, 3, device="meta")
+    grad = torch.empty(2, 8, 9, 7, device="meta").to(memory_format=torch.channels_last)
+    args = (grad, x, w, [0], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])
+    out = aten.convolution_backward.default(*args)
+    gpu = layouts.result_layout(aten.convolution_backward.default, args, out, torch.device("cuda"))
+    assert gpu[0].is_contiguous() and gpu[1].is_contiguous() and gpu[2] is None
+    assert layouts.result_layout(aten.convolution_backward.default, args, out, torch.device("cpu")) is out
+    cl = (grad, x.to(memory_format=torch.channels_last), *args[2:])
+    relaid = layouts.result_layout(aten.convolution_backward.default, cl, out, torch.device("cuda"))
+    assert all(layouts.is_channels_last(t) for t in relaid[:2])

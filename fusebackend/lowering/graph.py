@@ -442,7 +442,7 @@ class GraphLowering(IRBuilder):
         if counted:
             metrics.fallbacks[target.overloadpacket.__name__] += 1
         if target in layouts.CONVOLUTIONS and self.channels_last:
-            out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta)
+            out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta, self.device)
         elif self.node is not None:
             out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()

@@ -57,13 +57,15 @@ def needs_conversion(meta: torch.Tensor) -> bool:
     return meta.dim() == 4 and meta.dtype in _FLOATS and meta.numel() > 0 and not is_channels_last(meta)
 
 
-def result_layout(target: Any, metas: tuple[Any, ...], out_meta: Any) -> Any:
+def result_layout(target: Any, metas: tuple[Any, ...], out_meta: Any, device: torch.device) -> Any:
     """``out_meta`` with the layouts ATen's convolutions give on the device, where the meta
     functions do not know them: cuDNN (and oneDNN on the CPU) return a channels-last result, a
     channels-last input gradient and a channels-last weight gradient when the input or the
-    weight is channels-last; the meta backward returns contiguous gradients. The wrapper checks
-    every extern's result against its declared layout and copies where they differ, so a wrong
-    guess here costs a copy, never a wrong answer."""
+    weight is channels-last. Otherwise cuDNN's gradients are contiguous, where the meta backward
+    follows a channels-last gradient of the output (a graph's first convolution: the forward
+    saved the image itself, not its channels-last copy, for the backward; H200, torch 2.11,
+    2026-11-24). The wrapper checks every extern's result against its declared layout and copies
+    where they differ, so a wrong guess here costs a copy, never a wrong answer."""
     if target is aten.convolution.default:
         x, weight = metas[0], metas[1]
         if isinstance(out_meta, torch.Tensor) and out_meta.dim() == 4 and (is_channels_last(x) or is_channels_last(weight)):
@@ -71,9 +73,13 @@ def result_layout(target: Any, metas: tuple[Any, ...], out_meta: Any) -> Any:
         return out_meta
     if target is aten.convolution_backward.default:
         x, weight = metas[1], metas[2]
-        if x.dim() != 4 or not (is_channels_last(x) or is_channels_last(weight)):
-            return out_meta
         grad_input, grad_weight, grad_bias = out_meta
+        if x.dim() != 4:
+            return out_meta
+        if not (is_channels_last(x) or is_channels_last(weight)):
+            if device.type != "cuda":
+                return out_meta
+            return (_as_contiguous(grad_input), _as_contiguous(grad_weight), grad_bias)
         return (_as_channels_last(grad_input), _as_channels_last(grad_weight), grad_bias)
     return out_meta
 
@@ -83,3 +89,9 @@ def _as_channels_last(meta: Any) -> Any:
         return meta
     shape = tuple(meta.shape)
     return torch.empty_strided(shape, channels_last_strides(shape), dtype=meta.dtype, device="meta")
+
+
+def _as_contiguous(meta: Any) -> Any:
+    if not isinstance(meta, torch.Tensor):
+        return meta
+    return torch.empty(tuple(meta.shape), dtype=meta.dtype, device="meta")
