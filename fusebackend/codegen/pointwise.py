@@ -116,25 +116,19 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     The output dims are the first stored buffer's, in memory order; the load chosen is the
     largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
     """
-    stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
-    if not stored or not indexing.is_dense(stored[0].sizes, stored[0].strides):
+    out = _output_dims(plan)
+    if out is None:
         return None
-    buf = stored[0]
-    dims = [buf.sizes[d] for d in indexing.dense_order(buf.sizes, buf.strides) if buf.sizes[d] > 1]
-    if len(dims) < 2:
-        return None
-
-    def step(offset: sympy.Expr, by: int) -> int:
-        return int(offset.xreplace({X: sympy.Integer(by)})) - int(offset.xreplace({X: sympy.Integer(0)}))
+    buf, dims = out
 
     strided = [(b, off) for b, off in body.load_offsets
-               if X in off.free_symbols and step(off, 1) not in (0, 1)]
+               if X in off.free_symbols and _step(off, 1) not in (0, 1)]
     if not strided:
         return None
     load, offset = max(strided, key=lambda bo: bo[0].numel * bo[0].dtype.itemsize)
     for j in range(len(dims) - 2, -1, -1):
         inner = math.prod(dims[j + 1:])
-        if step(offset, inner) != 1:
+        if _step(offset, inner) != 1:
             continue
         launch = runtime.tile_config(dims[j], inner)
         if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or dims[j] % launch["YBLOCK"] or inner % launch["XBLOCK"]:
@@ -157,13 +151,10 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     """
     if not config.column_tiles:
         return None
-    stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
-    if not stored or not indexing.is_dense(stored[0].sizes, stored[0].strides):
+    out = _output_dims(plan)
+    if out is None:
         return None
-    buf = stored[0]
-    dims = [buf.sizes[d] for d in indexing.dense_order(buf.sizes, buf.strides) if buf.sizes[d] > 1]
-    if len(dims) < 2:
-        return None
+    buf, dims = out
     inner = dims[-1]
     per_column = sorted({b.name for b, off in body.load_offsets
                          if X in off.free_symbols and _step(off, 1) == 1 and _step(off, inner) == 0})
@@ -173,6 +164,17 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     if launch is None:
         return None
     return Tile(1, buf.numel // inner, inner, launch, per_column[0], columns=True)
+
+
+def _output_dims(plan: KernelPlan) -> tuple[ir.Buffer, list[int]] | None:
+    """The first stored buffer and its dims of more than one element in memory order (fastest
+    last), where it is dense and has two such dims; else None."""
+    stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
+    if not stored or not indexing.is_dense(stored[0].sizes, stored[0].strides):
+        return None
+    buf = stored[0]
+    dims = [buf.sizes[d] for d in indexing.dense_order(buf.sizes, buf.strides) if buf.sizes[d] > 1]
+    return (buf, dims) if len(dims) >= 2 else None
 
 
 def _step(offset: sympy.Expr, by: int) -> int:
