@@ -18,7 +18,7 @@ For each model and variant (eager, Inductor, fuse) it prints, per step:
   aot        AOTAutograd's runtime wrappers around each graph
   key        ``FusedGraph.__call__`` less the wrapper: the input signature and its lookup
   alloc      the wrapper's buffer allocations
-  launch     kernel launches (``runtime.Launcher``)
+  launch     kernel launches (``runtime.Launcher`` and the direct launches it builds)
   wrapper    the rest of the generated wrapper: ATen calls (matrix products, convolutions,
              attention), views, layout checks
   ========== ===================================================================================
@@ -109,6 +109,12 @@ def fuse_timers(timers: Timers) -> Iterator[None]:
         stack.enter_context(patched(backend._Entry, "__init__", entry_init))
         stack.enter_context(patched(runtime.Launcher, "__call__",
                                     timers.wrap("launch", runtime.Launcher.__call__)))
+        original_direct = runtime._direct_launcher
+
+        def direct_launcher(*args: Any) -> Any:  # the wrapper calls these once built
+            return timers.wrap("launch", original_direct(*args))
+
+        stack.enter_context(patched(runtime, "_direct_launcher", direct_launcher))
         graph_call = backend.FusedGraph.__call__
         timed_graph = {kind: timers.wrap(f"graph_{kind}", graph_call) for kind in ("backward", "other")}
 

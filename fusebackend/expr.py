@@ -116,6 +116,23 @@ class IndirectLoad:
         """Every (dim, position) pair the load indexes at run time."""
         return ((self.dim, self.position),) + self.more
 
+    def computed_index(self) -> tuple[sympy.Expr, ...] | None:
+        """The whole index as index expressions, where every position is computed from loop
+        indices (a concatenation's ``here - start``), not read from data; None for a gather.
+
+        Such a load reads the element ``view[index]`` where ``valid`` holds, like a plain load,
+        so the buffer may also be computed in the same kernel (inlined under ``valid``).
+        """
+        if self.checked:
+            return None
+        idx = list(self.index)
+        for d, position in self.positions:
+            affine = affine_index(position)
+            if affine is None:
+                return None
+            idx[d] = affine
+        return tuple(idx)
+
 
 @dataclasses.dataclass(frozen=True)
 class Constant:
@@ -239,6 +256,22 @@ def fold(expr: Expr) -> Expr:
     except (RuntimeError, TypeError):  # e.g. an integer division by zero: leave it to run time
         return expr
     return Constant(_convert_scalar(value.to(expr.dtype).item(), expr.dtype), expr.dtype)
+
+
+def affine_index(expr: Expr) -> sympy.Expr | None:
+    """``expr`` as an index expression when it is one (integer constants, indices, their sums
+    and differences, casts between integer types); None otherwise."""
+    if isinstance(expr, Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return sympy.Integer(expr.value)
+    if isinstance(expr, IndexValue):
+        return sympy.sympify(expr.index)
+    if isinstance(expr, Op) and expr.name in ("add", "sub", "to") and not expr.dtype.is_floating_point \
+            and expr.dtype != torch.bool:
+        parts = [affine_index(a) for a in expr.args]
+        if any(p is None for p in parts):
+            return None
+        return parts[0] if expr.name == "to" else parts[0] + parts[1] if expr.name == "add" else parts[0] - parts[1]
+    return None
 
 
 def walk(expr: Expr) -> Iterator[Expr]:

@@ -31,7 +31,7 @@ import torch
 from fusebackend import indexing
 from fusebackend.expr import (  # noqa: F401  (re-exported: the IR's expressions are ir.Load, ir.op...)
     FLOAT_DTYPES, KERNEL_DTYPES, OP_ARITY, Constant, Expr, IndexValue, IndirectLoad, Load, Op, Rendered,
-    _convert_scalar, _fold_table, cast, compute_dtype, dtype_name, fold, format_expr, loads, map_expr, op,
+    _convert_scalar, _fold_table, affine_index, cast, compute_dtype, dtype_name, fold, format_expr, loads, map_expr, op,
     substitute_index, walk,
 )
 

@@ -67,7 +67,8 @@ def _check_device(device: torch.device) -> None:
 def _load(wrapper: codegen.WrapperSource, kernels: list[codegen.KernelSource], name: str) -> Callable:
     module = runtime.load_module(wrapper.source, f"wrapper_{name}", shared=False)
     for k in kernels:
-        setattr(module, k.name, runtime.Launcher(runtime.load_kernel(k.name, k.source), k.grid, k.launch))
+        kernel = runtime.load_kernel(k.name, k.source)
+        setattr(module, k.name, runtime.Launcher(kernel, k.grid, k.launch, vars(module), k.name))
     for cname, value in wrapper.constants.items():
         setattr(module, cname, value)
     return module.call

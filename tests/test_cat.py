@@ -1,6 +1,7 @@
 """``torch.cat`` (and ``stack``, which decomposes to it) as a pointwise node: each output element
 is read, with a masked load, from the one input its position falls in, so a concatenation fuses
-with what reads it instead of being an ATen copy. Every test compares with eager."""
+with what reads it instead of being an ATen copy, and with what computes its inputs. Every test
+compares with eager."""
 
 from __future__ import annotations
 
@@ -64,10 +65,59 @@ def test_legacy_empty_input_is_skipped() -> None:
     check(lambda a, e, b: torch.cat([a, e, b]), a, torch.empty(0), b)
 
 
-def test_cat_of_computed_inputs_stores_them_first() -> None:
-    # a concatenation reads its inputs from memory: producers in the graph are stored first
+def _masked_loads(source: str) -> list[str]:
+    return [line for line in source.splitlines() if "tl.load(" in line and "other=0" in line]
+
+
+def test_computed_parts_are_inlined_under_their_part() -> None:
+    # a part computed in the graph is computed in the concatenating kernel, where it is used:
+    # its loads are masked by the part's range, since their indices leave the input elsewhere
     a, b = torch.randn(6, 5), torch.randn(6, 5)
     check_lowered(lambda a, b: torch.cat([a * 2, b + 1], 0).sum(0), a, b)
+    assert kernel_count() == 1
+    assert "must be in memory" not in fusebackend.last_compiled().schedule
+    (source,) = kernels().values()
+    loads = _masked_loads(source)
+    assert len(loads) == 2 and all(" < " not in line for line in loads)  # masks are temporaries
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rotary_embedding_is_one_kernel(dtype: torch.dtype) -> None:
+    # GPT-NeoX's partial rotary embedding: the rotated half is a cat of a negated slice and a
+    # slice, and the result a cat of the rotated and the passed-through dims (cats nested in
+    # computed parts); q arrives transposed, k contiguous
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    def rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = []
+        for x in (q, k):
+            rot, rest = x[..., :6], x[..., 6:]
+            out.append(torch.cat([rot * cos + rotate_half(rot) * sin, rest], dim=-1))
+        return tuple(out)
+
+    q = torch.randn(2, 7, 3, 10).to(dtype).transpose(1, 2)
+    k = torch.randn(2, 3, 7, 10).to(dtype)
+    cos, sin = torch.randn(7, 6).to(dtype), torch.randn(7, 6).to(dtype)
+    check_lowered(rotary, q, k, cos, sin)
+    assert kernel_count() == 1
+    assert "must be in memory" not in fusebackend.last_compiled().schedule
+
+
+def test_computed_parts_along_a_reduced_dim() -> None:
+    # the parts' ranges run along the reduction: a per-row part (broadcast along the row) is
+    # read under a mask that varies along it
+    s, b = torch.randn(6, 1), torch.randn(6, 5)
+    check_lowered(lambda s, b: torch.cat([(s * 2).expand(6, 3), b + 1, -b], 1).sum(1), s, b)
+    assert kernel_count() == 1
+    check_lowered(lambda s, b: torch.cat([(s * 2).expand(6, 3), b.exp()], 1).softmax(1), s, b)
+
+
+def test_a_gather_from_a_computed_tensor_reads_it_from_memory() -> None:
+    # positions read from data may fall anywhere: the gathered tensor is stored first
+    a, idx = torch.randn(6, 5), torch.tensor([4, 0, 0, 5, 2])
+    check_lowered(lambda a, idx: (a * 2)[idx] + 1, a, idx)
     assert "must be in memory" in fusebackend.last_compiled().schedule
 
 

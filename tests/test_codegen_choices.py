@@ -358,9 +358,9 @@ def test_launcher_skips_binding_after_the_first_call(monkeypatch: pytest.MonkeyP
     jit = _Jit()
     launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})
     a, b = torch.empty(64), torch.empty(64)
-    launch(a, b, 100, 7)
+    launch(77, a, b, 100, 7)
     assert jit.bound == [((12, 1, 1), (a, b, 100, 7), {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})]
-    launch(b, a, 100, 7)
+    launch(77, b, a, 100, 7)
     # the compiled kernel takes every parameter in order: constexprs last, num_warps is not one
     assert jit.compiled.launches == [((12, 1, 1), (b, a, 100, 7, 64, 8))]
     assert len(jit.bound) == 1
@@ -372,8 +372,8 @@ def test_launcher_rebinds_when_alignment_changes(monkeypatch: pytest.MonkeyPatch
     jit = _Jit()
     launch = runtime.Launcher(jit, 1, {"XBLOCK": 64})
     base = torch.empty(65)
-    launch(base[:64], 64)
-    launch(base[1:], 64)
+    launch(77, base[:64], 64)
+    launch(77, base[1:], 64)
     assert len(jit.bound) == 2 and not jit.compiled.launches
 
 
@@ -403,12 +403,11 @@ def _jit36() -> tuple[_Jit, _Launcher36]:
 
 def test_launcher_calls_the_c_launcher_directly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
-    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
     jit, launcher = _jit36()
     launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4})
     a, b = torch.empty(64), torch.empty(64)
-    launch(a, b, 100, 7)
-    launch(b, a, 100, 7)
+    launch(77, a, b, 100, 7)
+    launch(77, b, a, 100, 7)
     # tensors go to the C launcher as their addresses
     assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, False, None, None, "packed", None, None, None,
                                b.data_ptr(), a.data_ptr(), 100, 7, 64, 8)]
@@ -416,18 +415,35 @@ def test_launcher_calls_the_c_launcher_directly(monkeypatch: pytest.MonkeyPatch)
     # the launch is written for this kernel: one alignment test for both pointers, the ints as given
     source = launch.fast.__source__
     assert "not ((p0 | p1) & 15)" in source and "p0, p1, a2, a3, *constexprs" in source, source
+    assert "c_launch(gx, gy, gz, stream, " in source  # the stream the wrapper read once per call
+
+
+def test_launcher_puts_its_direct_launch_where_the_wrapper_finds_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # after the first call the wrapper's name for the kernel is the direct launch itself: one
+    # Python call per launch, not the Launcher's and then the launch function's
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    jit, launcher = _jit36()
+    home: dict[str, Any] = {}
+    launch = runtime.Launcher(jit, 4, {"XBLOCK": 64}, home, "fused_pw0_add")
+    home["fused_pw0_add"] = launch
+    a = torch.empty(64)
+    home["fused_pw0_add"](5, a, 64)
+    assert home["fused_pw0_add"] is launch.fast and launch.fast is not None
+    home["fused_pw0_add"](6, a, 64)
+    assert launcher.calls == [(4, 1, 1, 6, "cufunction", False, False, None, None, "packed", None, None, None,
+                               a.data_ptr(), 64, 64)]
+    assert len(jit.bound) == 1
 
 
 def test_launcher_direct_path_checks_unaligned_pointers_stay_unaligned(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
-    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
     jit, launcher = _jit36()
     launch = runtime.Launcher(jit, 2, {"XBLOCK": 64})
     base = torch.empty(130)
     aligned, odd = base[:64], base[1:65]  # 4-byte offset: not 16-byte aligned
-    launch(aligned, odd, 64)
-    launch(aligned, odd, 64)  # the same alignments: direct
-    launch(aligned, aligned, 64)  # the kernel assumed p1 unaligned; an aligned one is another specialization
+    launch(77, aligned, odd, 64)
+    launch(77, aligned, odd, 64)  # the same alignments: direct
+    launch(77, aligned, aligned, 64)  # the kernel assumed p1 unaligned; an aligned one is another specialization
     assert launcher.calls == [(2, 1, 1, 77, "cufunction", False, False, None, None, "packed", None, None, None,
                                aligned.data_ptr(), odd.data_ptr(), 64, 64)]
     assert len(jit.bound) == 2
@@ -437,20 +453,19 @@ def test_launcher_takes_tritons_path_for_profiler_hooks_and_scratch(monkeypatch:
     import triton
 
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
-    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
     jit, launcher = _jit36()
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
     launch = runtime.Launcher(jit, 3, {"XBLOCK": 64})
     x = torch.empty(64)
-    launch(x, 64)
-    launch(x, 64)
+    launch(77, x, 64)
+    launch(77, x, 64)
     assert not launcher.calls and jit.compiled.launches == [((3, 1, 1), (x, 64, 64))]
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", None)
     jit, launcher = _jit36()
     launcher.global_scratch_size = 128  # type: ignore[misc]
     launch = runtime.Launcher(jit, 3, {"XBLOCK": 64})
-    launch(x, 64)
-    launch(x, 64)
+    launch(77, x, 64)
+    launch(77, x, 64)
     assert not launcher.calls and len(jit.compiled.launches) == 1
 
 
@@ -469,8 +484,8 @@ def test_launcher_in_the_interpreter_always_binds(monkeypatch: pytest.MonkeyPatc
     jit = _Jit()
     launch = runtime.Launcher(jit, 1, {"XBLOCK": 64})
     x = torch.empty(64)
-    launch(x, 64)
-    launch(x, 64)
+    launch(77, x, 64)
+    launch(77, x, 64)
     assert len(jit.bound) == 2 and not jit.compiled.launches
 
 
@@ -522,13 +537,12 @@ def test_pdl_kernels_wait_for_the_grid_before_anything_else(fn: Callable[..., An
 
 def test_pdl_is_a_compile_option_not_a_kernel_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
-    monkeypatch.setattr(runtime, "_current_stream", lambda: 77)
     jit, launcher = _jit36()
     launcher.launch_pdl = True  # type: ignore[misc]  # what Triton reads off the compiled metadata
     launch = runtime.Launcher(jit, 12, {"XBLOCK": 64, "num_warps": 4, "launch_pdl": True})
     a = torch.empty(64)
-    launch(a, 100)
-    launch(a, 100)
+    launch(77, a, 100)
+    launch(77, a, 100)
     assert jit.bound == [((12, 1, 1), (a, 100), {"XBLOCK": 64, "num_warps": 4, "launch_pdl": True})]
     assert launcher.calls == [(12, 1, 1, 77, "cufunction", False, True, None, None, "packed", None, None, None,
                                a.data_ptr(), 100, 64)]

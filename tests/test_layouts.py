@@ -84,10 +84,14 @@ def test_convolutions_read_channels_last_inputs(layout_copies: list[str]) -> Non
     # written channels-last by the kernel that computes it (batch norm and relu), no copy
     assert source.count("aten_convolution(") == 2
     assert not layout_copies, layout_copies
-    assert "\n".join(a.ir for a in fusebackend.history()).count("channels-last input of a convolution") == 1
+    ir_text = "\n".join(a.ir for a in fusebackend.history())
+    assert ir_text.count("channels-last input of a convolution") == 1
+    # the first convolution's 3x3 weight is copied channels-last (cuDNN would copy it on every
+    # call); the depthwise one's (8, 1, 3, 3) already is: a dim of one channel has no order
+    assert ir_text.count("channels-last weight of a convolution") == 1
     relaid = kernel_count()
     run_block("keep")
-    assert relaid == kernel_count() + 1  # the image's copy; the layer's kernels write channels-last
+    assert relaid == kernel_count() + 2  # the image's and the weight's copies; the layer's kernels write channels-last
 
 
 def test_keep_leaves_layouts_as_eager_gives_them(layout_copies: list[str]) -> None:
@@ -116,7 +120,9 @@ def test_outputs_keep_eagers_layout() -> None:
 
 def test_channels_last_inputs_need_no_copy(layout_copies: list[str]) -> None:
     run_block("channels_last", channels_last_model=True)
-    assert "channels-last input of a convolution" not in "\n".join(a.ir for a in fusebackend.history())
+    ir_text = "\n".join(a.ir for a in fusebackend.history())
+    assert "channels-last input of a convolution" not in ir_text
+    assert "channels-last weight of a convolution" not in ir_text
     assert not layout_copies, layout_copies
 
 
@@ -220,3 +226,55 @@ def test_cudnn_gradients_of_nchw_tensors_are_declared_contiguous() -> None:
     cl = (grad, x.to(memory_format=torch.channels_last), *args[2:])
     relaid = layouts.result_layout(aten.convolution_backward.default, cl, out, torch.device("cuda"))
     assert all(layouts.is_channels_last(t) for t in relaid[:2])
+
+
+@pytest.mark.parametrize("mode", ["keep", "channels_last"])
+@pytest.mark.parametrize("kind", ["conv1d", "conv2d", "conv_transpose2d", "conv3d"])
+def test_a_convolutions_bias_is_added_in_the_kernel_reading_its_result(mode: str, kind: str) -> None:
+    # ATen adds a convolution's bias by a kernel of its own; the wrapper calls the convolution
+    # without it and the bias joins the kernel that reads the result (here a GELU)
+    torch.manual_seed(0)
+    conv, shape = {
+        "conv1d": (nn.Conv1d(4, 6, 3, padding=1), (2, 4, 11)),
+        "conv2d": (nn.Conv2d(4, 6, 3, stride=2), (2, 4, 9, 7)),
+        "conv_transpose2d": (nn.ConvTranspose2d(4, 6, 3, stride=2), (2, 4, 5, 3)),
+        "conv3d": (nn.Conv3d(4, 6, 2), (2, 4, 3, 5, 4)),
+    }[kind]
+    x = torch.randn(shape)
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    with fusebackend.config.patch(conv_layout=mode), torch.no_grad():
+        expected = F.gelu(conv(x))
+        actual = compile_fn(lambda x: F.gelu(conv(x)))(x)
+    assert_same(actual, expected)
+    assert actual.stride() == expected.stride()
+    source = wrapper_source()
+    (call,) = [line for line in source.splitlines() if "aten_convolution(" in line]
+    assert ", None, " in call, call  # no bias
+    copies = 2 if mode == "channels_last" and kind.endswith("2d") else 0  # the image's and the weight's
+    assert kernel_count() == 1 + copies
+    assert "a convolution's bias" in "\n".join(a.ir for a in fusebackend.history())
+
+
+def test_inputs_that_disagree_on_the_order_give_a_row_major_result() -> None:
+    # Whisper's encoder: positions [T, C] added to a convolution's [B, C, T] output permuted to
+    # [B, T, C]. ATen lays the sum out like its first input ([B, C, T] in memory), and a layer
+    # norm over C would read its rows strided; the sum is made row-major instead
+    torch.manual_seed(0)
+    x, pos, w = torch.randn(2, 8, 5), torch.randn(5, 8), torch.randn(8, 8)
+
+    def fn(x: torch.Tensor, pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x.permute(0, 2, 1) + pos
+        return F.layer_norm(h, (8,)) @ w + h
+
+    assert_same(compile_fn(fn)(x, pos, w), fn(x, pos, w))
+    ir_text = fusebackend.last_compiled().ir
+    assert "f32[2, 5, 8] strides [40, 8, 1] = pointwise  # aten.add.Tensor" in ir_text, ir_text
+
+    # inputs that agree keep their order, as eager does; a returned result keeps eager's layout
+    y = torch.randn(2, 8, 5)
+    out = compile_fn(lambda x, y: x.permute(0, 2, 1) * y.permute(0, 2, 1) + 1)(x, y)
+    assert "f32[2, 5, 8] strides [40, 1, 5] = pointwise" in fusebackend.last_compiled().ir
+    assert out.stride() == (40, 1, 5)
+    out = compile_fn(lambda x, pos: x.permute(0, 2, 1) + pos)(x, pos)
+    assert out.stride() == (x.permute(0, 2, 1) + pos).stride() == (40, 1, 5)

@@ -72,6 +72,10 @@ class KernelBody:
         self.element_loads = True  # window loads element by element (off in tiled kernels, whose
         # divisions are of the outer tile index; the faults were in flat kernels)
         self.rank = 1 if space.anchor is None and not any(isinstance(n, ir.Scan) for n in plan.nodes) else 2
+        # the condition under which the value being rendered is used (a concatenation's part,
+        # inlined): every memory load under it is masked by it, and its indices may fall outside
+        # the buffer where it is false
+        self.guard: str | None = None
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -111,7 +115,7 @@ class KernelBody:
     def index(self, expr: sympy.Expr) -> sympy.Expr:
         expr = indexing.simplify(expr, self.ranges)
         lo, hi = indexing.bounds(expr, self.ranges)
-        if lo < 0:
+        if lo < 0 and self.guard is None:
             raise ValueError(f"negative index {expr}")
         self.max_offset = max(self.max_offset, hi)
         return expr
@@ -124,6 +128,17 @@ class KernelBody:
     def mask(self, dims: frozenset[str]) -> str | None:
         parts = [f"{d}mask" for d in ("x", "r") if d in dims and d not in self.exact]
         return " & ".join(parts) if parts else None
+
+    def guarded(self, mask: str | None, dims: frozenset[str]) -> tuple[str | None, frozenset[str], str]:
+        """A memory load's mask and dims with the current guard added, and what its address
+        needs added to be a block of the guard's shape (a load's pointers set its shape)."""
+        if self.guard is None:
+            return mask, dims, ""
+        gdims = self.dims_of(self.guard)
+        spread = "".join(f" + {self.x_zero}" if d == "x" else " + 0 * rindex" for d in ("x", "r")
+                         if d in gdims and d not in dims)
+        mask = self.guard if mask is None else f"{self.guard} & {mask}"
+        return mask, dims | gdims, spread
 
     def pointer(self, buffer: ir.Buffer) -> str:
         if buffer.name not in self.inputs:
@@ -182,12 +197,13 @@ class KernelBody:
         self.load_offsets.append((view.buffer, offset))
         ptr = self.pointer(view.buffer)
         dims = self.index_dims(offset)
-        mask = self.mask(dims)
-        hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         text = indexing.pexpr(offset)
-        if dims and self.element_loads and indexing.window_arithmetic(offset):  # see window_arithmetic
-            ones = [1] * self.rank
+        if dims and self.element_loads and self.guard is None and indexing.window_arithmetic(offset):
+            ones = [1] * self.rank  # see window_arithmetic
             text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {ones}), {ones}), {ones})"
+        hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
+        mask, dims, spread = self.guarded(self.mask(dims), dims)
+        text += spread
         if mask is None:
             return self._emit(f"tl.load({ptr} + ({text}){hint})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
@@ -215,7 +231,8 @@ class KernelBody:
         where they are not, so that no address outside the tensor is read with asserts off.
         """
         view = expr.view
-        assert view.buffer.name not in self.producers, "gathers read from memory"
+        if view.buffer.name in self.producers:
+            return self._inlined_part(expr, subst)
         gathered = {d for d, _ in expr.positions}
         idx = [sympy.Integer(0) if d in gathered else sympy.sympify(i).xreplace(subst) for d, i in enumerate(expr.index)]
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
@@ -230,6 +247,7 @@ class KernelBody:
             valid = self.value(expr.valid, subst)
             dims |= self.dims_of(valid)
             mask = valid if mask is None else f"{valid} & {mask}"
+        mask, dims, _ = self.guarded(mask, dims)
         checks = [self._in_range(pos, view.sizes[d], dims) for d, pos in rendered if expr.checked]
         checks = [c for c in checks if c is not None]
         if checks:
@@ -240,9 +258,10 @@ class KernelBody:
             self.asserts = True
             mask = ok if mask is None else f"{ok} & {mask}"
         terms = "".join(f" + {pos}" if view.strides[d] == 1 else f" + {pos} * {view.strides[d]}" for d, pos in rendered)
-        affine = [_affine(p, subst) for _, p in expr.positions]
+        affine = [ir.affine_index(p) for _, p in expr.positions]
         if all(a is not None for a in affine):  # a cat's position: the load's address is known, for tiling
-            moved = sum((a * view.strides[d] for a, (d, _) in zip(affine, expr.positions)), sympy.Integer(0))
+            moved = sum((a.xreplace(subst) * view.strides[d] for a, (d, _) in zip(affine, expr.positions)),
+                        sympy.Integer(0))
             self.load_offsets.append((view.buffer, offset + moved))
         address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}){terms}"
         spread = self.index_dims(offset).union(*(self.dims_of(pos) for _, pos in rendered))
@@ -252,6 +271,28 @@ class KernelBody:
             return self._emit(f"tl.load({address})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
         return self._emit(f"tl.load({address}, {mask}{other})", dims)
+
+    def _inlined_part(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        """A load at computed positions (a concatenation's part) of a buffer computed in this
+        kernel: the producer's value there, rendered under ``valid`` (its memory loads masked by
+        it, since its indices run outside the part where it is false), and 0 where it is false.
+        The scheduler fuses only such loads (``space.check_rows``); gathers read memory."""
+        idx = expr.computed_index()
+        assert idx is not None, "gathers read from memory"
+        producer = self.producers[expr.view.buffer.name]
+        idx_here = [sympy.sympify(i).xreplace(subst) for i in idx]
+        if expr.valid is None:
+            return self.value(self._as_stored(producer, self._inlined(producer, expr.view, idx_here)), {})
+        valid = self.value(expr.valid, subst)
+        outer = self.guard
+        self.guard = valid if outer is None else self._emit(f"{outer} & {valid}", self.dims_of(outer) | self.dims_of(valid))
+        try:
+            inner = self.value(self._as_stored(producer, self._inlined(producer, expr.view, idx_here)), {})
+        finally:
+            self.guard = outer
+        dtype = producer.buffer.dtype
+        return self.value(ir.Op("where", (ir.Rendered(valid, torch.bool), ir.Rendered(inner, dtype),
+                                          ir.Constant(ir._convert_scalar(0, dtype), dtype)), dtype), {})
 
     def _in_range(self, pos: str, size: int, dims: frozenset[str]) -> str | None:
         """``0 <= pos < size`` as a block varying along ``dims`` (a load's mask must have the
@@ -325,20 +366,6 @@ class KernelBody:
 
     def uses_int64(self, *numels: int) -> bool:
         return max(self.max_offset, *numels) > INT32_MAX
-
-
-def _affine(expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> sympy.Expr | None:
-    """``expr`` as an index expression when it is one (constants, indices, sums of them)."""
-    if isinstance(expr, ir.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
-        return sympy.Integer(expr.value)
-    if isinstance(expr, ir.IndexValue):
-        return sympy.sympify(expr.index).xreplace(subst)
-    if isinstance(expr, ir.Op) and expr.name in ("add", "sub", "to") and not expr.dtype.is_floating_point:
-        parts = [_affine(a, subst) for a in expr.args]
-        if any(p is None for p in parts):
-            return None
-        return parts[0] if expr.name == "to" else parts[0] + parts[1] if expr.name == "add" else parts[0] - parts[1]
-    return None
 
 
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})

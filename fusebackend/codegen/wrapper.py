@@ -85,7 +85,7 @@ def generate_wrapper(
     w = LineWriter()
     w.line(f"# fusebackend wrapper for graph {graph.name}")
     w.line("import torch")
-    w.line("from fusebackend.kernels.runtime import allocators, aten_call, expect_layout, on_device, view")
+    w.line("from fusebackend.kernels.runtime import allocators, aten_call, current_stream, expect_layout, on_device, view")
     w.line("")
     w.line(f"device = torch.device({str(graph.device)!r})")
     w.line("empty_fast, empty_any = allocators(device)  # (size, stride, dtype) -> tensor")
@@ -110,6 +110,8 @@ def generate_wrapper(
         if names:
             w.line(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
         w.line("args.clear()")
+        if any(k.grid for k in kernels):  # read once: every launch of the call goes to it
+            w.line("stream = current_stream()" if graph.device.type == "cuda" else "stream = None")
         kernel_reads = {name for kernel in kernels for name in kernel.args}
         for k in moved_inputs:  # a CPU scalar tensor beside CUDA ones: kernels read device memory
             if names[k] in kernel_reads:  # ATen calls alone take it where it is, as eager does
@@ -155,19 +157,27 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
     call = f"{_op_alias(str(node.op))}({', '.join(args)})"
     if len(node.outputs) == 1 and node.outputs[0][0] == () and not node.mutates:
         buf = node.outputs[0][1]
-        w.line(f"{buf.name} = expect_layout({call}, {buf.sizes}, {buf.strides})")
+        w.line(f"{buf.name} = {call}")
+        _expect_layout(w, buf)
         return
     w.line(f"{node.name} = {call}")
     for path, buf in node.outputs:
         if path == () or buf.name not in used:
             continue
         ref = node.name + "".join(f"[{p}]" for p in path)
-        if node.mutates:
-            w.line(f"{buf.name} = {ref}")
-        else:
-            w.line(f"{buf.name} = expect_layout({ref}, {buf.sizes}, {buf.strides})")
+        w.line(f"{buf.name} = {ref}")
+        if not node.mutates:
+            _expect_layout(w, buf)
     if all(path != () for path, _ in node.outputs):
         w.line(f"del {node.name}")  # the results it holds are freed after their own last use
+
+
+def _expect_layout(w: LineWriter, buf: ir.Buffer) -> None:
+    """An ATen result in the layout its meta function promised: the strides compared here (a
+    tuple comparison, the common case), ``runtime.expect_layout`` only where they differ."""
+    w.line(f"if {buf.name}.stride() != {buf.strides}:")
+    with w.indent():
+        w.line(f"{buf.name} = expect_layout({buf.name}, {buf.sizes}, {buf.strides})")
 
 
 def _op_alias(op: str) -> str:
@@ -187,4 +197,4 @@ def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scat
         return  # nothing to compute: an empty output
     sizes = ", ".join(map(str, kernel.sizes))
     options = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-    w.line(f"{kernel.name}({', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")
+    w.line(f"{kernel.name}(stream, {', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")

@@ -154,25 +154,32 @@ class Launcher:
     (``_direct_launcher``): each tensor's address read once (the alignment check uses it, and the
     C launcher takes it as is: given a tensor, it would call ``data_ptr()`` again and ask the
     driver whether the address is a device pointer, for every pointer of every launch), one
-    alignment test for all pointers, the launch hooks looked at, the current stream, the C call.
+    alignment test for all pointers, the launch hooks looked at, the C call.
+
+    Calls take the stream first: the wrapper reads the current stream once per graph call
+    (``current_stream``), not once per launch; Triton's path reads it itself. With ``home`` (the
+    wrapper module's namespace, where the wrapper finds the kernel by ``name``), the direct
+    launch, once built, replaces the Launcher there, so that later launches are one Python call.
     """
 
-    def __init__(self, kernel: Any, grid: int, launch: dict[str, int]) -> None:
+    def __init__(self, kernel: Any, grid: int, launch: dict[str, int],
+                 home: dict[str, Any] | None = None, name: str = "") -> None:
         self.kernel = kernel
         self.grid = (grid, 1, 1)
         self.launch = launch
         self.constexprs = tuple(v for k, v in launch.items() if k not in COMPILE_OPTIONS)
         self.direct: DirectLaunch | None = None
         self.fast: Any = None  # _direct_launcher's function, once the kernel is compiled
+        self.home, self.name = home, name
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, stream: int | None, *args: Any) -> None:
         fast = self.fast
         if fast is not None:
-            fast(*args)
+            fast(stream, *args)
             return
-        self._through_triton(*args)
+        self._through_triton(stream, *args)
 
-    def _through_triton(self, *args: Any) -> None:
+    def _through_triton(self, stream: int | None, *args: Any) -> None:
         """Triton's own path: binds, specializes and compiles on the first call (and again for
         pointers of another alignment); the first call also builds the direct launch."""
         if self.launch.get("debug") and use_interpreter():
@@ -184,24 +191,27 @@ class Launcher:
             direct = direct_launch(compiled, self.grid)
             self.direct = direct
             self.fast = _direct_launcher(direct, args, self.constexprs, self._through_triton)
+            if self.home is not None:
+                self.home[self.name] = self.fast
 
 
 def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tuple[Any, ...],
                      slow: Any) -> Any:
-    """A function launching ``direct`` for arguments laid out like ``args`` (the first call's).
+    """A function ``(stream, *args)`` launching ``direct`` for arguments laid out like ``args``
+    (the first call's).
 
     Its source is written for this kernel: each tensor's address read once, one test that the
     pointers aligned to 16 bytes at the first call still are (and the others still are not: the
     compiled kernel was specialized on both), that no launch hook is set (a profiler's), and the
-    C call with the current stream. Otherwise ``slow``: Triton's path, or the runner with the
-    hooks. The generated source is kept on the function (``__source__``) for the dumps.
+    C call on ``stream``. Otherwise ``slow``: Triton's path, or the runner with the hooks. The
+    generated source is kept on the function (``__source__``) for the dumps.
     """
     names = [f"a{i}" for i in range(len(args))]
     pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     aligned = [f"p{i}" for i in pointers if args[i].data_ptr() % 16 == 0]
     unaligned = [f"p{i}" for i in pointers if args[i].data_ptr() % 16 != 0]
     passed = [f"p{i}" if i in pointers else names[i] for i in range(len(args))]
-    lines = [f"def launch({', '.join(names)}):"]
+    lines = [f"def launch(stream, {', '.join(names)}):"]
     lines += [f"    p{i} = a{i}.data_ptr()" for i in pointers]
     tests = ([f"not (({' | '.join(aligned)}) & 15)"] if aligned else []) + [f"{p} & 15" for p in unaligned]
     cond = " and ".join(tests) or "True"
@@ -210,15 +220,15 @@ def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tu
         lines.append("        enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook")
         lines.append("        if (enter is None or not getattr(enter, 'calls', True)) and (")
         lines.append("                leave is None or not getattr(leave, 'calls', True)):")
-        lines.append(f"            c_launch(gx, gy, gz, current_stream(), *head, {', '.join(passed)}, *constexprs)")
+        lines.append(f"            c_launch(gx, gy, gz, stream, *head, {', '.join(passed)}, *constexprs)")
         lines.append("            return")
     lines.append(f"        runner({', '.join(names)}, *constexprs)  # a profiler's hooks: Triton's path")
     lines.append("        return")
-    lines.append(f"    slow({', '.join(names)})  # a pointer of another alignment: Triton specializes again")
+    lines.append(f"    slow(stream, {', '.join(names)})  # a pointer of another alignment: Triton specializes again")
     source = "\n".join(lines) + "\n"
     scope = {"hooks": direct.hooks, "c_launch": direct.launch, "head": direct.head, "runner": direct.runner,
              "constexprs": constexprs, "slow": slow, "gx": direct.grid[0], "gy": direct.grid[1],
-             "gz": direct.grid[2], "current_stream": _current_stream}
+             "gz": direct.grid[2]}
     exec(compile(source, "<fusebackend direct launch>", "exec"), scope)
     fn = scope["launch"]
     fn.__source__ = source
@@ -240,8 +250,9 @@ def _interpreter_asserts() -> Iterator[None]:
         builder.options = saved
 
 
-def _current_stream() -> int:
-    """The current CUDA device's current stream (the launch goes to the current device's context)."""
+def current_stream() -> int:
+    """The current CUDA device's current stream, for the launches of one wrapper call (they go
+    to the current device's context, as Triton's own launches do)."""
     return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
 
 
@@ -448,7 +459,8 @@ def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...
     """An extern's result in the layout its meta function promised (copied if it differs).
 
     Generated kernels index buffers with the strides known at compile time; an ATen kernel whose
-    real output strides differ from its meta function would otherwise be read wrongly.
+    real output strides differ from its meta function would otherwise be read wrongly. The
+    wrapper compares the strides itself and calls this only where they differ.
     """
     if tuple(t.shape) != tuple(size):
         raise RuntimeError(f"extern returned shape {tuple(t.shape)}, expected {tuple(size)}")

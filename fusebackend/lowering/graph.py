@@ -285,7 +285,12 @@ class GraphLowering(IRBuilder):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
             return result
         if target is aten.convolution.default and self.channels_last:
-            args = (self._channels_last(args[0]), *args[1:])
+            # the weight too: cuDNN would copy a weight that is not channels-last for a
+            # channels-last input, on every call (a 3x3 one: ATen's clone, about 30 us of host
+            # time a convolution on an H200 host); our copy is one launch of a generated kernel
+            args = (self._channels_last(args[0], "input"), self._channels_last(args[1], "weight"), *args[2:])
+        if target is aten.convolution.default and isinstance(args[2], TensorArg) and not kwargs:
+            return self._convolution_then_bias(args)
         try:
             out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
         except Exception as exc:
@@ -316,6 +321,8 @@ class GraphLowering(IRBuilder):
         mark = len(self.nodes)
         try:
             if target in POINTWISE and isinstance(out_meta, torch.Tensor):
+                tensors = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
+                out_meta = layouts.pointwise_layout(out_meta, tensors)
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
             if target in COMPOSITE:
                 self.out_meta, self.origin = out_meta, str(target)
@@ -349,15 +356,33 @@ class GraphLowering(IRBuilder):
             changed = True
         return tuple(result) if changed else None
 
-    def _channels_last(self, x: Any) -> Any:
-        """``x`` as a channels-last tensor (layouts.py): itself, or a generated copy."""
+    def _convolution_then_bias(self, args: tuple[Any, ...]) -> TensorArg:
+        """A convolution with a bias as the convolution alone, then the bias added by a node of
+        ours, which fuses into the kernel that reads the result (a layer norm, a GELU).
+
+        ATen's cuDNN path adds the bias by a kernel of its own after the convolution (one more
+        launch and one more pass over the result, per convolution); rounded in the same places:
+        the convolution's result in its dtype, then the sum.
+        """
+        x, weight, bias, *rest = args
+        alone = (x, weight, None, *rest)
+        conv = self.extern(aten.convolution.default, alone, {}, aten.convolution.default(*self._to_meta(list(alone))))
+        shape = (bias.meta.shape[0],) + (1,) * (conv.meta.dim() - 2)
+        per_channel = self.view((bias,), aten.view.default(bias.meta, shape))
+        add = aten.add.Tensor
+        out_meta = add(conv.meta, per_channel.meta)
+        return self.lower_node(add, POINTWISE[add], (conv, per_channel), {}, out_meta, "a convolution's bias")
+
+    def _channels_last(self, x: Any, role: str) -> Any:
+        """``x``, the ``role`` of a convolution, as a channels-last tensor (layouts.py): itself,
+        or a generated copy."""
         if not (isinstance(x, TensorArg) and layouts.needs_conversion(x.meta)):
             return x
         if x.view in self.relaid:  # read by several convolutions (a block and its shortcut)
             return self.relaid[x.view]
         sizes = tuple(x.meta.shape)
         meta = torch.empty_strided(sizes, layouts.channels_last_strides(sizes), dtype=x.dtype, device="meta")
-        copy = self.relaid[x.view] = self._copy_as(x, meta, "channels-last input of a convolution")
+        copy = self.relaid[x.view] = self._copy_as(x, meta, f"channels-last {role} of a convolution")
         return copy
 
     def _copy_as(self, x: TensorArg, meta: torch.Tensor, why: str) -> TensorArg:

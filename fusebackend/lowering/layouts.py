@@ -95,3 +95,32 @@ def _as_contiguous(meta: Any) -> Any:
     if not isinstance(meta, torch.Tensor):
         return meta
     return torch.empty(tuple(meta.shape), dtype=meta.dtype, device="meta")
+
+
+def pointwise_layout(out_meta: torch.Tensor, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """The layout of a pointwise op's result: ATen's, unless its inputs disagree on the order of
+    the dims and one of them is row-major over two or more of them: then row-major (contiguous).
+
+    ATen orders a result's dims like its first input's. Whisper's encoder adds positions (a
+    contiguous [T, C] table) to the convolutions' output permuted to [B, T, C] (C stride 1 is
+    not its order): the sum, and so the whole residual stream after it, is then laid out
+    [B, C, T], and every layer norm over C reads its rows strided, one element per T (66 against
+    23 us a layer norm on an H200, b8, T 1500, C 512, 2026-11-24). Channels-last results keep
+    their layout (``wants_channels_last``: the next convolution wants it).
+    """
+    if out_meta.dim() < 2 or out_meta.is_contiguous() or is_channels_last(out_meta):
+        return out_meta
+    shape = tuple(out_meta.shape)
+    for t in inputs:
+        offset = out_meta.dim() - t.dim()
+        if offset < 0:
+            continue
+        spread = [(offset + i, t.stride(i)) for i in range(t.dim())
+                  if t.shape[i] == shape[offset + i] > 1 and t.stride(i) != 0]
+        if len(spread) < 2:
+            continue
+        row_major = all(a[1] > b[1] for a, b in zip(spread, spread[1:]))
+        ours = [out_meta.stride(d) for d, _ in spread]
+        if row_major and not all(a > b for a, b in zip(ours, ours[1:])):
+            return torch.empty(shape, dtype=out_meta.dtype, device="meta")
+    return out_meta

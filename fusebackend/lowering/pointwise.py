@@ -499,9 +499,11 @@ def arange(
 def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     """Each output element is read from the one input its position along ``dim`` falls in.
 
-    Every input is read with a masked load (``IndirectLoad.valid``), so each element is read
-    once, from memory: inputs computed in the same graph are stored before the kernel that
-    concatenates them, which can still fuse with what reads the result.
+    Every input is read at a position computed from the index, under the condition that the
+    position falls in it (``IndirectLoad.valid``), so each element is read once. An input
+    computed in the same graph can be computed in the concatenating kernel: its loads are then
+    masked by that condition (``KernelBody._inlined_part``), so a rotary embedding's negated
+    half, rotation and pass-through make one kernel.
     """
     rank = len(ctx.sizes)
     if rank == 0:

@@ -175,7 +175,8 @@ def is_row_value(node: ir.Node, space: KernelSpace) -> bool:
 
 
 def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
-    """Every in-kernel load of a row value addresses the current row; no gather reads the kernel."""
+    """Every in-kernel load of a row value addresses the current row; no gather reads the kernel
+    (a concatenation's parts, at positions computed from the index, may)."""
     producers = {n.name: n for n in nodes}
     ranges = space.ranges
     seen: set[tuple[str, tuple[sympy.Expr, ...]]] = set()
@@ -185,9 +186,11 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
             producer = producers.get(load.view.buffer.name)
             if producer is None:
                 continue
-            if isinstance(load, ir.IndirectLoad):
+            index = load.index if isinstance(load, ir.Load) else load.computed_index()
+            if index is None:
                 raise SpaceError(f"{node.name} gathers from {producer.name}, which must be in memory")
-            idx = tuple(indexing.simplify(sympy.sympify(i).xreplace(subst), ranges) for i in load.index)
+            # a concatenation's part reads at computed positions: inlined like a load
+            idx = tuple(indexing.simplify(sympy.sympify(i).xreplace(subst), ranges) for i in index)
             pidx = producer_index(producer, load.view, idx, ranges)
             if is_row_value(producer, space):
                 want = space.mapping[producer.name]
