@@ -276,18 +276,21 @@ class KernelBody:
         """A load at computed positions (a concatenation's part) of a buffer computed in this
         kernel: the producer's value there, rendered under ``valid`` (its memory loads masked by
         it, since its indices run outside the part where it is false), and 0 where it is false.
-        The scheduler fuses only such loads (``space.check_rows``); gathers read memory."""
+        The scheduler fuses only such loads (``scheduler.space._check_rows``); gathers read memory."""
         idx = expr.computed_index()
         assert idx is not None, "gathers read from memory"
         producer = self.producers[expr.view.buffer.name]
-        idx_here = [sympy.sympify(i).xreplace(subst) for i in idx]
+        here = [sympy.sympify(i).xreplace(subst) for i in idx]
+        value = self._as_stored(producer, self._inlined(producer, expr.view, here))
         if expr.valid is None:
-            return self.value(self._as_stored(producer, self._inlined(producer, expr.view, idx_here)), {})
+            return self.value(value, {})
         valid = self.value(expr.valid, subst)
         outer = self.guard
-        self.guard = valid if outer is None else self._emit(f"{outer} & {valid}", self.dims_of(outer) | self.dims_of(valid))
+        self.guard = valid
+        if outer is not None:  # a part of a part (nested concatenations)
+            self.guard = self._emit(f"{outer} & {valid}", self.dims_of(outer) | self.dims_of(valid))
         try:
-            inner = self.value(self._as_stored(producer, self._inlined(producer, expr.view, idx_here)), {})
+            inner = self.value(value, {})
         finally:
             self.guard = outer
         dtype = producer.buffer.dtype

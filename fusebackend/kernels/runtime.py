@@ -168,7 +168,6 @@ class Launcher:
         self.grid = (grid, 1, 1)
         self.launch = launch
         self.constexprs = tuple(v for k, v in launch.items() if k not in COMPILE_OPTIONS)
-        self.direct: DirectLaunch | None = None
         self.fast: Any = None  # _direct_launcher's function, once the kernel is compiled
         self.home, self.name = home, name
 
@@ -189,7 +188,6 @@ class Launcher:
         compiled = self.kernel[self.grid](*args, **self.launch)
         if self.fast is None and not use_interpreter() and hasattr(compiled, "__getitem__"):
             direct = direct_launch(compiled, self.grid)
-            self.direct = direct
             self.fast = _direct_launcher(direct, args, self.constexprs, self._through_triton)
             if self.home is not None:
                 self.home[self.name] = self.fast
