@@ -279,6 +279,41 @@ def test_batch_norm_backward_stores_no_fp32_intermediate() -> None:
     assert not any("f32[4, 16, 32, 32]" in line for line in stored)
 
 
+def test_upcast_of_a_stored_gradient_is_recomputed_from_it() -> None:
+    # A residual block's backward: y = relu(bn(x) + s) read by two convolutions, so y's
+    # gradient is the sum of two convolution backwards. The masked bf16 gradient is s's gradient
+    # (stored: the graph returns it) and, upcast, what the batch-norm backward reads in two
+    # kernels. Recomputed from the three tensors it comes from, the upcast would cost more than
+    # storing it; recomputed from the stored bf16 gradient it costs 2 bytes an element, so no
+    # fp32 copy is written.
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 32, 32, dtype=bf16).contiguous(memory_format=torch.channels_last)
+    s = torch.randn(4, 16, 32, 32, dtype=bf16).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(16, dtype=bf16), torch.randn(16, dtype=bf16)
+
+    k1, k2 = torch.randn(8, 16, 1, 1), torch.randn(8, 16, 1, 1)
+
+    def loss(x: torch.Tensor, s: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(torch.nn.functional.batch_norm(x, None, None, w, b, training=True) + s)
+        out = torch.nn.functional.conv2d(y, k1.to(y.dtype)) * torch.nn.functional.conv2d(y, k2.to(y.dtype))
+        return out.float().square().mean()
+
+    def grads(fn: Callable[..., torch.Tensor], dtype: torch.dtype = bf16) -> list[torch.Tensor]:
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (x, s, w, b)]
+        fn(*leaves).backward()
+        return [t.grad.double() for t in leaves]
+
+    exact = grads(loss, torch.float64)  # bf16 rounds at the ReLU's edge: judged against float64
+    for actual, wanted, truth in zip(grads(torch.compile(loss, backend="fuse")), grads(loss), exact):
+        scale = truth.abs().max()
+        assert (actual - truth).abs().max() <= 2 * (wanted - truth).abs().max() + 1e-2 * scale
+    backward = [a for a in fusebackend.history() if a.name.startswith("backward")][-1]
+    stored = [line for line in backward.fused_ir.splitlines() if "[stored]" in line]
+    assert any("bf16[4, 16, 32, 32]" in line for line in stored)  # s's gradient
+    assert not any("f32[4, 16, 32, 32]" in line for line in stored)
+    assert "aten._to_copy" in backward.schedule.split("recomputed in each reader", 1)[1]
+
+
 def test_no_recompute_across_a_mutation() -> None:
     # up = x.float() feeds two readers; an in-place op on x between them means the second reader
     # must see the value from before it, so up stays a node of its own

@@ -8,6 +8,8 @@ how many kernels the graph becomes, and that the user's outputs keep eager's lay
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -97,3 +99,38 @@ def test_aligned_or_small_products_are_left_alone() -> None:
     with fusebackend.config.patch(pad_mm="always"):
         assert_same(compile_fn(lambda a, b: a @ b)(a, b), a @ b)
     assert "aligned columns" not in ir_text() and "f32[4, 16] strides [16, 1] = extern aten.mm.default" in ir_text()
+
+
+def test_a_badly_aligned_reduction_dim_is_padded_with_zeros_in_both_matrices() -> None:
+    """The gradients of a language model's head: g [M, V] @ W [V, H] reduces over V, and
+    g.t() @ h reads g's rows as columns, V apart. g is padded once, to [8, 32] with zero columns;
+    the first product reads all of it against W with zero rows up to 32, the second its first
+    30 columns, transposed (columns 32 apart: aligned)."""
+    torch.manual_seed(0)
+    g, w, h = torch.randn(8, 30), torch.randn(30, 16), torch.randn(8, 16)
+    fn = lambda g, w, h: (g @ w, g.t() @ h)  # noqa: E731
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(fn)(g, w, h)
+    assert_same(out, fn(g, w, h))
+    text = ir_text()
+    assert text.count("zeros along K for a matrix product") == 2  # g and W, each once
+    assert "aligned rows" not in text  # g.t() is a view of g's padded copy
+    source = wrapper_source()
+    assert re.search(r"aten_mm\(buf\d+, buf\d+\)", source)  # [8, 32] x [32, 16]
+    assert re.search(r"aten_mm\(view\(buf\d+, \(30, 8\), \(1, 32\), 0\), arg2\)", source), source
+    assert kernel_count() == 2
+    assert fusebackend.metrics.eager_graphs == 0
+
+
+def test_a_badly_aligned_row_stride_alone_is_aligned_by_a_copy() -> None:
+    """x.t() @ y, x [8, 30]: K (8) and N (16) are aligned, but x.t()'s columns start 30
+    elements apart. The product reads a copy of x with rows 32 apart, transposed."""
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 30), torch.randn(8, 16)
+    fn = lambda x, y: x.t() @ y  # noqa: E731
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(fn)(x, y)
+    assert_same(out, fn(x, y))
+    assert ir_text().count("aligned rows for a matrix product") == 1
+    assert re.search(r"aten_mm\(view\(buf\d+, \(30, 8\), \(1, 32\), 0\), arg1\)", wrapper_source())
+    assert out.stride() == (16, 1)

@@ -1,8 +1,9 @@
 """The wrapper: plain Python source that runs one compiled graph.
 
 It unpacks the inputs, allocates every stored buffer with eager's layout (a buffer written into
-an input in place is that input, a scatter's result the memory it scattered into), launches the kernels, calls the externs, frees each buffer
-after its last use and returns the outputs. Generated kernels are bound into the wrapper
+an input in place is that input, a scatter's result the memory it scattered into, and where the
+memory plan says so, a dead buffer's memory: ``memory.py``), launches the kernels, calls the
+externs, frees each buffer after its last use and returns the outputs. Generated kernels are bound into the wrapper
 module's namespace by name; values that have no literal spelling are bound as ``const<N>``. A
 dump of this source shows exactly what runs.
 """
@@ -15,7 +16,9 @@ from typing import Any
 import torch
 
 from fusebackend import ir
+from fusebackend.codegen import memory
 from fusebackend.codegen.body import KernelSource
+from fusebackend.config import config
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
@@ -81,9 +84,16 @@ def generate_wrapper(
         constants[buf.name] = value
         last_use.pop(buf.name, None)
     used = set(last_use) | returned
+    allocated = {k: [b for b in step.stored if b.name not in graph.mutations and b.name not in scattered]
+                 for k, step in enumerate(steps) if isinstance(step, KernelPlan)}
+    plan = memory.plan(steps, allocated, last_use, returned, set(scattered.values()), reuse=config.reuse_buffers)
+    layouts = {b.name: b for bufs in allocated.values() for b in bufs}
+    layouts.update((b.name, b) for s in steps if isinstance(s, ExternCall) for _, b in s.node.outputs)
+    taken_over = set(plan.reuse.values())  # freed when an output takes their memory, not where they die
 
     w = LineWriter()
     w.line(f"# fusebackend wrapper for graph {graph.name}")
+    w.line(f"# {plan.summary()}")
     w.line("import torch")
     w.line("from fusebackend.kernels.runtime import allocators, aten_call, current_stream, expect_layout, on_device, view")
     w.line("")
@@ -123,10 +133,10 @@ def generate_wrapper(
                     if buf.name in graph.foreign and buf.name in kernel_reads and buf.name not in returned:
                         w.line(f"{buf.name} = {buf.name}.to(device)")
             else:
-                _launch(w, plan_kernel[id(step)], graph.mutations, scattered)
+                _launch(w, plan_kernel[id(step)], graph.mutations, scattered, plan.reuse, layouts)
             if observe:
                 _observe(w, k, step, plan_kernel.get(id(step)), graph.fx_values, used)
-            dead = sorted(n for n, last in last_use.items() if last == k and n not in returned)
+            dead = sorted(n for n, last in last_use.items() if last == k and n not in returned and n not in taken_over)
             if dead:
                 w.line(f"del {', '.join(dead)}")
         outs = [_render(o, constants) for o in graph.outputs]
@@ -185,12 +195,20 @@ def _op_alias(op: str) -> str:
     return op.removesuffix(".default").replace(".", "_")
 
 
-def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scattered: dict[str, str]) -> None:
+def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scattered: dict[str, str],
+            reuse: dict[str, str], layouts: dict[str, ir.Buffer]) -> None:
     for buf in kernel.plan.stored:
         if buf.name in mutations:
             w.line(f"{buf.name} = {mutations[buf.name]}  # aten.copy_ into the input, in place")
         elif buf.name in scattered:
             w.line(f"{buf.name} = {scattered[buf.name]}  # scattered into, in place")
+        elif buf.name in reuse:  # a dead buffer's memory (memory.py)
+            old = layouts[reuse[buf.name]]
+            if (old.sizes, old.strides) == (buf.sizes, buf.strides):
+                w.line(f"{buf.name} = {old.name}; del {old.name}  # its memory: {old.name} is dead")
+            else:
+                w.line(f"{buf.name} = view({old.name}, {buf.sizes}, {buf.strides}, 0); del {old.name}"
+                       f"  # {old.name}'s memory: it is dead")
         else:
             w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
     if kernel.grid == 0:

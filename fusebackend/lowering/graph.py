@@ -166,6 +166,7 @@ class GraphLowering(IRBuilder):
         # outputs (all where None) keep eager's layout once some tensor's layout was changed
         self.channels_last = layouts.wants_channels_last(self.device)
         self.relaid: dict[ir.View, TensorArg] = {}  # a tensor's channels-last copy, made once
+        self.padded: dict[tuple, TensorArg] = {}  # a matrix's zero-padded copy (matmuls.py), made once
         self.user_outputs = user_outputs
 
     # ---------------------------------------------------------------------------- helpers

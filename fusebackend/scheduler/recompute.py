@@ -48,10 +48,16 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
 
     ``within``: consider only these nodes (the scheduler passes those fusion would store).
     """
-    expansions = _expansions(graph)
-    candidates = _candidates(graph, expansions)
+    candidates = _candidates(graph, _expansions(graph))
     if within is not None:
         candidates = {name: node for name, node in candidates.items() if name in within}
+        # Then the nodes cheap to compute from what stays stored: a bf16 gradient that stays in
+        # memory for another reader, and its fp32 upcast, which a batch-norm backward reads in
+        # two kernels, are cheap as the upcast of the stored bf16 (2 bytes an element read
+        # instead of 4 written and read back), not as the sum of the three tensors it came from.
+        kept = within - candidates.keys()
+        more = _candidates(graph, _expansions(graph, stop=kept))
+        candidates.update((name, node) for name, node in more.items() if name in kept)
     if not candidates:
         return graph, (), ()
     nodes: list[ir.Node] = []
@@ -71,15 +77,19 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
     return dataclasses.replace(graph, nodes=kept), recomputed, absorbed  # type: ignore[return-value]
 
 
-def _expansions(graph: ir.IRGraph) -> dict[str, ir.Pointwise]:
-    """Each pointwise node whose expansion is small enough, with the expansion as its body."""
+def _expansions(graph: ir.IRGraph, stop: set[str] = frozenset()) -> dict[str, ir.Pointwise]:
+    """Each pointwise node whose expansion is small enough, with the expansion as its body;
+    ``stop``: nodes that stay stored, loaded as they are (leaves) by the expansions of others."""
     out: dict[str, ir.Pointwise] = {}
+    through: dict[str, ir.Pointwise] = {}  # the expansions that others expand through
     for node in graph.nodes:
         if not isinstance(node, ir.Pointwise):
             continue
-        expanded = dataclasses.replace(node, body=substitute(node, out))
+        expanded = dataclasses.replace(node, body=substitute(node, through))
         if len(_distinct_ops(expanded.body)) <= MAX_OPS:
             out[node.name] = expanded
+            if node.name not in stop:
+                through[node.name] = expanded
     return out
 
 

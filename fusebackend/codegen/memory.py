@@ -1,0 +1,146 @@
+"""The wrapper's memory plan: which buffers a kernel's output may take over, and the planned peak.
+
+The wrapper frees each buffer after its last use (``del``). Without a plan, every kernel output
+is a new allocation: a call to the caching allocator on the host, and a free when it dies. A
+transformer's layer allocates the same few sizes again and again, so most outputs can take
+the memory of a buffer that died before them instead: the wrapper then rebinds the dead
+buffer's tensor (``view`` where the layout differs), which costs a fraction of an allocation.
+
+A buffer's memory is taken over only where that is safe:
+
+- the dead buffer is a kernel output the wrapper allocated, or the one result of an ATen op that
+  writes into none of its arguments; not an input, a buffer written into an input, a scatter's
+  target (its memory lives on as the scatter's result) or one result of several (those may share memory with what is still live); not
+  returned; and not read by an ATen op whose schema says a result may alias it (or an
+  ``unsafe_`` view op, which does not say);
+- the new buffer is a kernel output the wrapper would allocate, of the same dtype and the same
+  storage size (elements from its first to its last, plus one);
+- the dead buffer's last reader ran before the kernel that writes the new one: launches and ATen
+  calls are ordered on one stream, so the old readers are done when the new writer starts.
+
+Among the dead buffers that fit, the one that died last is taken (the memory held in between is
+the least), and only where holding it until then keeps the planned peak (the most bytes of
+intermediates live after any step, every buffer freed after its last use) where it was: a
+block held idle over the graph's widest point would raise it. A dead buffer that no later
+output takes is freed where it dies, as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+
+from fusebackend import ir
+from fusebackend.scheduler import ExternCall, KernelPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    reuse: dict[str, str]  # a kernel output -> the dead buffer whose memory it takes
+    allocations: int  # kernel outputs allocated new
+    peak_bytes: int  # the most bytes of intermediates (kernel outputs, ATen results) live at once
+
+    def summary(self) -> str:
+        return (f"memory plan: {self.allocations} buffers allocated, {len(self.reuse)} take a dead "
+                f"buffer's memory; planned peak of intermediates {_fmt(self.peak_bytes)}")
+
+
+def storage_numel(buf: ir.Buffer) -> int:
+    """Elements of memory a buffer spans: from its first element to its last, plus one."""
+    if any(s == 0 for s in buf.sizes):
+        return 0
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))
+
+
+def plan(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list[ir.Buffer]], last_use: dict[str, int],
+         keep: set[str], shared: set[str], reuse: bool = True) -> MemoryPlan:
+    """The plan for ``steps``. ``allocated[k]``: the buffers step ``k`` allocates (kernel outputs
+    the wrapper owns); ``last_use``: each name's last reading step; ``keep``: names never freed
+    or taken over (returned); ``shared``: names whose memory lives on under another name (a
+    scatter's target). With ``reuse`` False, every output is allocated new."""
+    aliased = _aliased_by_externs(steps) | shared
+    size, start, owned = _buffers(steps, allocated)
+    live = _live_bytes(len(steps), size, start, last_use, keep)
+    peak = max(live, default=0)
+    dies_at: dict[int, list[str]] = {}
+    for name, last in last_use.items():
+        dies_at.setdefault(last, []).append(name)
+    pool: dict[tuple[torch.dtype, int], list[str]] = {}
+    taken: dict[str, str] = {}
+    for k in range(len(steps)):
+        for buf in allocated.get(k, []) if reuse else ():
+            free = pool.get(owned[buf.name], [])
+            for j in range(len(free) - 1, -1, -1):  # the one that died last first: the shortest wait
+                gap = range(last_use[free[j]] + 1, k)  # held there, where it would have been free
+                if not gap or max(live[s] for s in gap) + size[buf.name] <= peak:
+                    taken[buf.name] = free.pop(j)
+                    for s in gap:
+                        live[s] += size[buf.name]
+                    break
+        for name in dies_at.get(k, ()):
+            if name in owned and name not in keep and name not in aliased:
+                pool.setdefault(owned[name], []).append(name)
+    allocations = sum(len(bufs) for bufs in allocated.values()) - len(taken)
+    return MemoryPlan(taken, allocations, max(live, default=0))
+
+
+def _buffers(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list[ir.Buffer]]
+             ) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[torch.dtype, int]]]:
+    """Each intermediate's bytes and first step; and those whose memory may be taken over, with
+    their (dtype, storage elements): the wrapper's allocations, and an ATen op's one result where
+    it writes into none of its arguments (a new tensor of its own)."""
+    size: dict[str, int] = {}
+    start: dict[str, int] = {}
+    owned: dict[str, tuple[torch.dtype, int]] = {}
+    for k, step in enumerate(steps):
+        made = list(allocated.get(k, []))
+        if isinstance(step, ExternCall):
+            made += [buf for _, buf in step.node.outputs]
+            if len(step.node.outputs) == 1 and step.node.outputs[0][0] == () and not step.node.mutates:
+                buf = step.node.outputs[0][1]
+                owned[buf.name] = (buf.dtype, storage_numel(buf))
+        for buf in made:
+            size[buf.name] = storage_numel(buf) * buf.dtype.itemsize
+            start.setdefault(buf.name, k)
+        for buf in allocated.get(k, []):
+            owned[buf.name] = (buf.dtype, storage_numel(buf))
+    return size, start, owned
+
+
+def _live_bytes(count: int, size: dict[str, int], start: dict[str, int], last_use: dict[str, int],
+                keep: set[str]) -> list[int]:
+    """Bytes of intermediates live at each step with every buffer freed after its last use."""
+    delta = [0] * (count + 1)
+    for name, k in start.items():
+        end = count - 1 if name in keep else max(last_use.get(name, k), k)
+        delta[k] += size[name]
+        delta[end + 1] -= size[name]
+    live, total = [], 0
+    for k in range(count):
+        total += delta[k]
+        live.append(total)
+    return live
+
+
+def _aliased_by_externs(steps: Sequence[KernelPlan | ExternCall]) -> set[str]:
+    """Buffers read by an ATen op whose schema lets a result alias an argument (a view op): a
+    result may share their memory after they die."""
+    out: set[str] = set()
+    for step in steps:
+        if not isinstance(step, ExternCall):
+            continue
+        schema = getattr(step.node.op, "_schema", None)
+        if (schema is None or any(r.alias_info is not None for r in schema.returns)
+                or "unsafe" in schema.name):  # unsafe_split and kin: views, unannotated
+            out |= {v.buffer.name for v in step.node.reads()}
+    return out
+
+
+def _fmt(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
