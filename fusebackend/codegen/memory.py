@@ -10,8 +10,8 @@ A buffer's memory is taken over only where that is safe:
 
 - the dead buffer is a kernel output the wrapper allocated, or the one result of an ATen op that
   writes into none of its arguments; not an input, a buffer written into an input, a scatter's
-  target (its memory lives on as the scatter's result) or one result of several (those may share memory with what is still live); not
-  returned; and not read by an ATen op whose schema says a result may alias it (or an
+  target (its memory lives on as the scatter's result) or one result of several (those may
+  share memory with what is still live); not returned; and not read by an ATen op whose schema says a result may alias it (or an
   ``unsafe_`` view op, which does not say);
 - the new buffer is a kernel output the wrapper would allocate, of the same dtype and the same
   storage size (elements from its first to its last, plus one);
@@ -33,7 +33,7 @@ from typing import Sequence
 import torch
 
 from fusebackend import ir
-from fusebackend.scheduler import ExternCall, KernelPlan
+from fusebackend.scheduler import ExternCall, KernelPlan, format_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ class MemoryPlan:
 
     def summary(self) -> str:
         return (f"memory plan: {self.allocations} buffers allocated, {len(self.reuse)} take a dead "
-                f"buffer's memory; planned peak of intermediates {_fmt(self.peak_bytes)}")
+                f"buffer's memory; planned peak of intermediates {format_bytes(self.peak_bytes)}")
 
 
 def storage_numel(buf: ir.Buffer) -> int:
@@ -103,9 +103,8 @@ def _buffers(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list
                 owned[buf.name] = (buf.dtype, storage_numel(buf))
         for buf in made:
             size[buf.name] = storage_numel(buf) * buf.dtype.itemsize
-            start.setdefault(buf.name, k)
-        for buf in allocated.get(k, []):
-            owned[buf.name] = (buf.dtype, storage_numel(buf))
+            start[buf.name] = k
+        owned.update((buf.name, (buf.dtype, storage_numel(buf))) for buf in allocated.get(k, []))
     return size, start, owned
 
 
@@ -136,11 +135,4 @@ def _aliased_by_externs(steps: Sequence[KernelPlan | ExternCall]) -> set[str]:
                 or "unsafe" in schema.name):  # unsafe_split and kin: views, unannotated
             out |= {v.buffer.name for v in step.node.reads()}
     return out
-
-
-def _fmt(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
 

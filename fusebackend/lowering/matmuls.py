@@ -64,10 +64,14 @@ def _pads(device: torch.device, dtype: torch.dtype, m: int, k: int, n: int) -> b
 
 def padded_columns(device: torch.device, dtype: torch.dtype, m: int, k: int, n: int) -> int | None:
     """The column count to pad an [M, K] x [K, N] product's output to, or None to leave it."""
+    return _padded_size(n, dtype) if _pads(device, dtype, m, k, n) else None
+
+
+def _padded_size(n: int, dtype: torch.dtype) -> int | None:
+    """A dim of ``n`` elements rounded up to a multiple of 16 bytes; None where it is one already,
+    or (``auto``) under 64 elements, where a pad costs more than it saves."""
     per_row = _per_row(dtype)
-    if n % per_row == 0 or not _pads(device, dtype, m, k, n):
-        return None
-    if config.pad_mm == "auto" and n < 64:
+    if n % per_row == 0 or (config.pad_mm == "auto" and n < 64):
         return None
     return _round_up(n, per_row)
 
@@ -131,16 +135,12 @@ def _pad_columns(b: GraphLowering, x: TensorArg, n_pad: int) -> TensorArg:
 
 def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: TensorArg, mat2: TensorArg,
                     kwargs: dict[str, Any]) -> TensorArg:
-    if mat1.meta.dim() != 2 or mat2.meta.dim() != 2 or not isinstance(mat2, TensorArg):
+    if not (isinstance(mat1, TensorArg) and isinstance(mat2, TensorArg)) or mat1.meta.dim() != 2 or mat2.meta.dim() != 2:
         raise Unsupported("not a 2-d product")
     (m, k), n = tuple(mat1.meta.shape), mat2.meta.shape[1]
     if not _pads(b.device, mat1.dtype, m, k, n) or min(m, k, n) == 0:
         raise Unsupported("the product is too small to pad")
-    per_row = _per_row(mat1.dtype)
-    n_pad = padded_columns(b.device, mat2.dtype, m, k, n)
-    k_pad = _round_up(k, per_row) if k % per_row else None
-    if k_pad is not None and config.pad_mm == "auto" and k < 64:
-        k_pad = None
+    n_pad, k_pad = _padded_size(n, mat1.dtype), _padded_size(k, mat1.dtype)
     operands = (mat1, mat2)
     if k_pad is not None:  # zeros in both: they add nothing
         why = "zeros along K for a matrix product"

@@ -77,19 +77,19 @@ class Schedule:
             if isinstance(step, KernelPlan):
                 lines.append(
                     f"  kernel {k}: {', '.join(step.names)}"
-                    f"  | read {_fmt(step.bytes_read)}, write {_fmt(step.bytes_written)}"
+                    f"  | read {format_bytes(step.bytes_read)}, write {format_bytes(step.bytes_written)}"
                     f"  | stores {', '.join(_stored_name(b, self.graph) for b in step.stored) or 'nothing'}"
                 )
                 k += 1
             else:
                 lines.append(
                     f"  extern {step.node.name}: {step.node.op}"
-                    f"  | read {_fmt(step.bytes_read)}, write {_fmt(step.bytes_written)}"
+                    f"  | read {format_bytes(step.bytes_read)}, write {format_bytes(step.bytes_written)}"
                 )
         ratio = f" ({self.total_bytes / self.floor_bytes:.2f}x)" if self.floor_bytes else ""
         lines.append(
-            f"  graph moves {_fmt(self.total_bytes)} (kernels {_fmt(self.kernel_bytes)}, externs "
-            f"{_fmt(self.extern_bytes)}) against a floor of {_fmt(self.floor_bytes)}{ratio}: "
+            f"  graph moves {format_bytes(self.total_bytes)} (kernels {format_bytes(self.kernel_bytes)}, externs "
+            f"{format_bytes(self.extern_bytes)}) against a floor of {format_bytes(self.floor_bytes)}{ratio}: "
             f"the floor reads each graph input once and writes each output once"
             + (" (and each input written in place)" if self.graph.mutations else "")
         )
@@ -113,7 +113,8 @@ def _stored_name(buf: ir.Buffer, graph: ir.IRGraph) -> str:
     return buf.name if into is None else f"{buf.name} (into input {into})"
 
 
-def _fmt(n: int) -> str:
+def format_bytes(n: int) -> str:
+    """Bytes in the unit a report reads best: 1.50 MiB, 512 B."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:.2f} {unit}"
