@@ -51,6 +51,9 @@ OP_ARITY: dict[str, int] = {
     "frexp_mantissa": 1, "frexp_exponent": 1,
     # integer ops: gcd, and shifts by an amount in [0, bit width) (lowerings guard the rest)
     "gcd": 2, "lshift": 2, "rshift": 2,
+    # (position, size): the position, asserted in [0, size) where the kernel evaluates it (a
+    # scatter lowered to a comparison, lowering/scatters.py; codegen/body.py renders it)
+    "checked_position": 2,
 }
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -335,13 +335,33 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
         return f"tl.where({a} < {lo}, {lo}, tl.where({a} > {hi}, {hi}, {a}))"
 
 
-def window_arithmetic(expr: sympy.Expr) -> bool:
-    """Whether an offset clamps, divides or takes a remainder: the offsets whose loads are
-    issued element by element. Triton 3.6 vectorized such loads wrongly on the GPU: an average
-    pool's channels-last gradient came out 0.6 off, right in the interpreter, and right once
-    every load whose offset divides carried contiguity, divisibility and constancy hints of 1
-    (H200, 2026-11-23; hinting only the loads that clamp or divide a sum was not enough)."""
-    return any(isinstance(e, (Clamp, FloorDiv, ModIdx)) for e in sympy.preorder_traversal(expr))
+def window_arithmetic(expr: sympy.Expr, scalars: frozenset[sympy.Symbol] = frozenset()) -> bool:
+    """Whether an offset clamps, divides or takes a remainder of a value that varies across the
+    block (not only of ``scalars``, a block's start): the offsets whose loads are issued element
+    by element. Triton 3.6 vectorized such loads wrongly on the GPU: an average pool's
+    channels-last gradient came out 0.6 off, right in the interpreter, and right once every
+    load whose offset divides carried contiguity, divisibility and constancy hints of 1 (H200,
+    2026-11-23; hinting only the loads that clamp or divide a sum was not enough)."""
+    return any(isinstance(e, (Clamp, FloorDiv, ModIdx)) and not e.args[0].free_symbols <= scalars
+               for e in sympy.preorder_traversal(expr))
+
+
+def block_aligned(expr: sympy.Expr, blocks: Mapping[sympy.Symbol, tuple[int, sympy.Symbol]]) -> sympy.Expr:
+    """``expr`` with the divisions of a block's index by a multiple of the block's size taken
+    at the block's start. ``blocks`` maps an index (``xindex``) to its block size and the
+    symbol of its start (``xoffset``, a multiple of the size): every lane of a block then has
+    the same quotient, ``xindex // d == xoffset // d`` and ``xindex % d == xindex - d *
+    (xoffset // d)``. A split reduction's ``(xindex // C, xindex % C)`` (split, channel) becomes
+    a scalar and a contiguous block, which Triton vectorizes without the hints of
+    ``window_arithmetic``."""
+    swaps: dict[sympy.Expr, sympy.Expr] = {}
+    for e in expr.atoms(FloorDiv, ModIdx):
+        v, d = e.args[0], int(e.args[1])
+        if v not in blocks or d % blocks[v][0]:
+            continue
+        quotient = FloorDiv(blocks[v][1], d)
+        swaps[e] = quotient if isinstance(e, FloorDiv) else v - d * quotient
+    return expr.xreplace(swaps) if swaps else expr
 
 
 def pexpr(expr: sympy.Expr) -> str:

@@ -42,3 +42,58 @@ def substitute(node: ir.Pointwise | ir.Reduction | ir.Scan, inlined: Mapping[str
         return ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
 
     return ir.map_expr(node.body, leaf)
+
+
+def substitute_gathered(load: ir.IndirectLoad, producer: ir.Pointwise) -> ir.Expr | None:
+    """``producer``'s body evaluated where the gather ``load`` reads the buffer it writes: the
+    loop indices along the gathered dims are the run-time positions, so each load of the body
+    that runs along such a dim becomes a gather itself (checked as ``load`` is, against a dim of
+    the same size), and the other loads read at the gather's index. None where the body uses a
+    gathered dim otherwise (inside an index expression, or through a gather of its own), or
+    where a checked position would go unchecked (no load of the body runs along its dim).
+
+    This is how a log-softmax is never stored for a loss that gathers one value per row from it:
+    the gather reads the logit, the row's maximum and its log-sum at the target's position."""
+    if load.valid is not None or not load.view.is_whole():
+        return None
+    sizes = producer.buffer.sizes
+    pvars = indexing.loop_vars("i", len(sizes))
+    at = {pvars[d]: p for d, p in load.positions}
+    fixed = {v: sympy.sympify(e) for v, e in zip(pvars, load.index) if v not in at}
+    carried: set[sympy.Symbol] = set()
+    failed = False
+
+    def leaf(e: ir.Expr) -> ir.Expr | None:
+        nonlocal failed
+        if isinstance(e, ir.IndirectLoad):
+            failed = True
+            return e
+        if isinstance(e, ir.IndexValue):
+            index = sympy.sympify(e.index)
+            if index in at:
+                return ir.cast(at[index], e.dtype)
+            failed = failed or bool(index.free_symbols & at.keys())
+            return ir.IndexValue(index.xreplace(fixed), e.dtype)
+        if not isinstance(e, ir.Load):
+            return None
+        idx = [sympy.sympify(i) for i in e.index]
+        positions: list[tuple[int, ir.Expr]] = []
+        for m, i in enumerate(idx):
+            if not i.free_symbols & at.keys():
+                continue
+            if i not in at or e.view.sizes[m] != sizes[pvars.index(i)]:
+                failed = True
+                return e
+            positions.append((m, at[i]))
+            carried.add(i)
+        rest = tuple(sympy.Integer(0) if any(m == d for d, _ in positions) else i.xreplace(fixed)
+                     for m, i in enumerate(idx))
+        if not positions:
+            return ir.Load(e.view, rest)
+        (dim, position), *more = positions
+        return ir.IndirectLoad(e.view, rest, dim, position, more=tuple(more), checked=load.checked)
+
+    body = ir.map_expr(producer.body, leaf)
+    if failed or (load.checked and carried != set(at)):
+        return None
+    return body

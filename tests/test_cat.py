@@ -114,10 +114,19 @@ def test_computed_parts_along_a_reduced_dim() -> None:
     check_lowered(lambda s, b: torch.cat([(s * 2).expand(6, 3), b.exp()], 1).softmax(1), s, b)
 
 
-def test_a_gather_from_a_computed_tensor_reads_it_from_memory() -> None:
-    # positions read from data may fall anywhere: the gathered tensor is stored first
+def test_a_gather_from_a_computed_tensor_computes_it_at_the_positions() -> None:
+    # positions read from data may fall anywhere: the gather reads a at them and doubles it
+    # there (scheduler/recompute.py), where a stored product would cost a kernel and a write
     a, idx = torch.randn(6, 5), torch.tensor([4, 0, 0, 5, 2])
     check_lowered(lambda a, idx: (a * 2)[idx] + 1, a, idx)
+    assert kernel_count() == 1
+    assert "must be in memory" not in fusebackend.last_compiled().schedule
+
+
+def test_a_gather_from_a_computed_tensor_that_moves_along_the_gathered_dim_reads_it_from_memory() -> None:
+    # a.flip(0) reads row 5 - p at position p: not a load at the position, so the sum is stored
+    a, idx = torch.randn(6, 5), torch.tensor([4, 0, 0, 5, 2])
+    check_lowered(lambda a, idx: (a + a.flip(0))[idx] + 1, a, idx)
     assert "must be in memory" in fusebackend.last_compiled().schedule
 
 

@@ -467,3 +467,23 @@ def test_pdl_only_directly_after_our_own_kernels() -> None:
     assert second.launch.get("launch_pdl") is True and "gdc_wait" in second.source
     plain = [codegen.generate(plan, k).source for k, plan in enumerate(sched.kernels)]
     assert [k.source for k in codegen.generate_all(sched)] == plain
+
+
+def test_split_column_sum_takes_its_split_at_the_block_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a split column sum runs over (chunk, column) pairs: with blocks of 64 columns and 64
+    # columns a row, every lane of a block is in one chunk, so the chunk is xoffset // 64 (a
+    # scalar) and the column a contiguous block; no load is issued element by element
+    # (indexing.window_arithmetic), so Triton vectorizes them (the GPU's configuration)
+    original = runtime.reduction_config
+
+    def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        config = original(xnumel, rnumel, row_contiguous, passes)
+        return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
+
+    monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)
+    x = torch.randn(2, 64, 64, 33).to(memory_format=torch.channels_last)  # 4224 rows of 64 channels
+    check(lambda x: (x * 2).sum((0, 2, 3)), x, atol=1e-3, rtol=1e-4)
+    phase1 = next(src for src in kernels().values() if "split, phase 1" in src)
+    loads = _loads(phase1)
+    assert loads and all("xoffset // 64" in l and "max_contiguous" not in l for l in loads), loads
+    assert "xindex //" not in phase1 and "xindex %" not in phase1

@@ -219,3 +219,27 @@ def test_index_made_on_the_cpu_in_a_gpu_graph() -> None:
     check(fn, x)
     assert fusebackend.metrics.eager_graphs == 0
     assert ".to(device)" in fusebackend.last_compiled().wrapper
+
+
+# ------------------------------------------------------------ gathers of computed tensors
+
+
+def test_the_loss_gathers_the_log_softmax_without_storing_it() -> None:
+    # cross-entropy's forward: the log-softmax is read at one position per row only, so the
+    # gather computes it there from the logits and the row's statistics (scheduler/recompute.py)
+    logits, target = torch.randn(6, 37), ids(37, (6,))
+    target[2] = -100  # ignored
+    check_lowered(lambda x, t: F.cross_entropy(x, t, ignore_index=-100), logits, target)
+    written = [b for a in fusebackend.history() for b in a.wrapper.splitlines() if "empty((6, 37)" in b]
+    assert not written, written  # no [rows, classes] buffer is allocated
+    assert ASSERT in "\n".join(kernels().values())  # the targets are checked where they are read
+
+
+def test_a_gathered_computed_tensor_still_raises_on_a_bad_index() -> None:
+    fn = lambda x, i: (x.exp() * 2)[i]  # noqa: E731
+    compiled = torch.compile(fn, backend="fuse", fullgraph=True)
+    x = make((4, 3))
+    assert_same(compiled(x, torch.tensor([3, 0])), fn(x, torch.tensor([3, 0])))
+    assert kernel_count() == 1
+    with pytest.raises(Exception, match="index out of bounds"):
+        compiled(x, torch.tensor([0, 4]))

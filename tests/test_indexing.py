@@ -81,3 +81,21 @@ def test_round_trip_through_a_wrapped_index_folds_back():
     # a mod whose modulus the division does not divide is left alone
     odd = 7 * ModIdx(f, 5) + 35 * FloorDiv(ModIdx(f, 12), 5)
     assert simplify(odd, ranges) == odd
+
+
+def test_block_aligned_takes_divisions_by_multiples_of_the_block_at_its_start() -> None:
+    x, start = indexing.var("xindex"), indexing.var("xoffset")
+    blocks = {x: (64, start)}
+    expr = 200704 * indexing.FloorDiv(x, 256) + indexing.ModIdx(x, 256)
+    aligned = indexing.block_aligned(expr, blocks)
+    assert aligned == 200704 * indexing.FloorDiv(start, 256) + x - 256 * indexing.FloorDiv(start, 256)
+    # exact: every x of a block [64k, 64k + 64) gives the same value both ways
+    for s in (0, 64, 192, 256, 4032):
+        for lane in (0, 1, 63):
+            values = {x: s + lane, start: s}
+            assert expr.xreplace(values) == aligned.xreplace(values)
+    # a divisor the block size does not divide is left alone, and so is a division of a sum
+    assert indexing.block_aligned(indexing.FloorDiv(x, 96), blocks) == indexing.FloorDiv(x, 96)
+    assert indexing.block_aligned(indexing.FloorDiv(x + 1, 128), blocks) == indexing.FloorDiv(x + 1, 128)
+    assert not indexing.window_arithmetic(aligned, frozenset({start}))
+    assert indexing.window_arithmetic(expr, frozenset({start}))

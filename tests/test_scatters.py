@@ -56,6 +56,48 @@ def test_scatter_src_and_value(dtype: torch.dtype) -> None:
     assert "tl.atomic" not in "".join(kernels().values())
 
 
+@pytest.mark.parametrize("dtype", [f32, bf16, i64], ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_one_position_per_line_is_a_comparison(dtype: torch.dtype, dim: int) -> None:
+    # an index of size 1 along dim and the tensor's sizes elsewhere (a one-hot): no copy and no
+    # scatter kernel, one pointwise kernel that compares the line's position with the index
+    x = tensor((5, 7), dtype).t()  # non-contiguous
+    shape = [7, 5]
+    shape[dim] = 1
+    idx = torch.randint(0, x.shape[dim], tuple(shape))
+    check_lowered(lambda x, i: torch.scatter(x * 2, dim, i, 3), x, idx)
+    assert kernel_count() == 1
+    (source,) = kernels().values()
+    assert "tl.atomic" not in source and "index out of bounds" in source
+    src = tensor(tuple(shape), dtype)
+    check_lowered(lambda x, i, s: torch.scatter(x, dim, i, s), x, idx, src)
+    assert kernel_count() == 2  # one more graph, one more kernel
+
+
+def test_one_position_per_line_out_of_range_raises() -> None:
+    fn = lambda x, i: torch.scatter(torch.zeros_like(x), 1, i, -1.0) * x  # noqa: E731
+    compiled = compile_fn(fn)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x, torch.tensor([[0], [3], [1]])), fn(x, torch.tensor([[0], [3], [1]])))
+    with pytest.raises(Exception, match="index out of bounds"):
+        compiled(x, torch.tensor([[0], [4], [1]]))
+
+
+def test_nll_loss_backward_stores_no_one_hot() -> None:
+    # the one-hot gradient of nll_loss is a comparison fused into the log-softmax's backward
+    x = torch.randn(6, 37, requires_grad=True)
+    target = torch.randint(0, 37, (6,))
+    target[1] = -100
+    compiled = compile_fn(lambda x, t: F.cross_entropy(x, t))
+    compiled(x, target).backward()
+    expected = x.detach().clone().requires_grad_()
+    F.cross_entropy(expected, target).backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+    backward = fusebackend.history()[-1]
+    assert backward.kernel_count == 1, backward.schedule
+    assert "tl.atomic" not in "".join(backward.kernels.values())
+
+
 @pytest.mark.parametrize("dtype", [f32, bf16, f16, f64, i64, i32, i8], ids=str)
 def test_scatter_add_with_duplicates(dtype: torch.dtype) -> None:
     x, src = tensor((5, 6), dtype), tensor((5, 7), dtype)

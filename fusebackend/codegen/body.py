@@ -27,6 +27,9 @@ from fusebackend.inlining import producer_index
 from fusebackend.scheduler.space import R, X, KernelSpace
 
 INT32_MAX = 2**31 - 1
+XOFFSET = indexing.var("xoffset")  # the first xindex of the block (a multiple of XBLOCK)
+ROFFSET = indexing.var("roffset")  # the first rindex of a looped kernel's block
+_STARTS = frozenset({XOFFSET, ROFFSET})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +79,8 @@ class KernelBody:
         # inlined): every memory load under it is masked by it, and its indices may fall outside
         # the buffer where it is false
         self.guard: str | None = None
+        # index -> (block size, symbol of the block's start): see align_blocks
+        self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -118,7 +123,15 @@ class KernelBody:
         if lo < 0 and self.guard is None:
             raise ValueError(f"negative index {expr}")
         self.max_offset = max(self.max_offset, hi)
-        return expr
+        return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
+
+    def align_blocks(self, blocks: dict[sympy.Symbol, int]) -> None:
+        """Take divisions of these indices by multiples of their block sizes at the block's
+        start (``indexing.block_aligned``): ``xindex`` starts at ``xoffset``, ``rindex`` at
+        ``roffset`` (a looped kernel's)."""
+        starts = {X: XOFFSET, R: ROFFSET}
+        self.blocks = {v: (size, starts[v]) for v, size in blocks.items()}
+        self.ranges = {**self.ranges, **{starts[v]: self.ranges[v] for v in blocks}}  # for bounds
 
     def index_dims(self, expr: sympy.Expr) -> frozenset[str]:
         free = sympy.sympify(expr).free_symbols
@@ -162,6 +175,8 @@ class KernelBody:
             return self.load(expr, subst)
         if isinstance(expr, ir.IndirectLoad):
             return self.indirect_load(expr, subst)
+        if expr.name == "checked_position":
+            return self._checked_position(expr, subst)
         if expr.name == "to" and isinstance(expr.args[0], ir.Load):
             inlined = self.resolve(expr.args[0], subst)
             if inlined is not None:  # fold casts across the fusion boundary (fp32 stays fp32)
@@ -198,7 +213,7 @@ class KernelBody:
         ptr = self.pointer(view.buffer)
         dims = self.index_dims(offset)
         text = indexing.pexpr(offset)
-        if dims and self.element_loads and self.guard is None and indexing.window_arithmetic(offset):
+        if dims and self.element_loads and self.guard is None and indexing.window_arithmetic(offset, _STARTS):
             ones = [1] * self.rank  # see window_arithmetic
             text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {ones}), {ones}), {ones})"
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
@@ -296,6 +311,21 @@ class KernelBody:
         dtype = producer.buffer.dtype
         return self.value(ir.Op("where", (ir.Rendered(valid, torch.bool), ir.Rendered(inner, dtype),
                                           ir.Constant(ir._convert_scalar(0, dtype), dtype)), dtype), {})
+
+    def _checked_position(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        """A position taken from data, asserted in [0, size) wherever the kernel evaluates it,
+        as a checked gather's positions are (``indirect_load``)."""
+        pos = self.value(expr.args[0], subst)
+        size = expr.args[1]
+        assert isinstance(size, ir.Constant)
+        dims = self.dims_of(pos)
+        ok = self._in_range(pos, int(size.value), dims)
+        if ok is not None:
+            where = "" if self.mask(dims) is None else f" | ~({self.mask(dims)})"
+            self._statement(f'tl.device_assert({ok}{where}, "index out of bounds: a scatter position '
+                            f'outside [0, {size.value})")')
+            self.asserts = True
+        return pos
 
     def _in_range(self, pos: str, size: int, dims: frozenset[str]) -> str | None:
         """``0 <= pos < size`` as a block varying along ``dims`` (a load's mask must have the

@@ -31,7 +31,7 @@ from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan
-from fusebackend.scheduler.space import is_row_value
+from fusebackend.scheduler.space import R, X, is_row_value
 
 ROW = frozenset("x")
 FULL = frozenset("xr")
@@ -107,6 +107,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
     body = KernelBody(plan, space, exact)
+    body.align_blocks({X: launch["XBLOCK"]} if persistent else {X: launch["XBLOCK"], R: launch["RBLOCK"]})
     if persistent and not full_nodes:
         body.eviction = "evict_first"  # each row read once and nothing full-size written
     outputs: dict[str, str] = {}

@@ -59,6 +59,12 @@ def _ranges(node: ir.Pointwise | ir.Reduction) -> dict[sympy.Symbol, int]:
 
 
 def _proven(expr: ir.Expr, known: dict[str, tuple[int, int]], ranges: dict[sympy.Symbol, int]) -> ir.Expr | None:
+    if isinstance(expr, ir.Op) and expr.name == "checked_position":  # a scatter's, as a comparison
+        position, size = expr.args
+        interval = _Intervals(known, ranges).of(position)
+        if interval is None or interval[0] < 0 or interval[1] >= int(size.value):  # type: ignore[union-attr]
+            return None
+        return position
     if not isinstance(expr, ir.IndirectLoad) or not expr.checked:
         return None
     for dim, position in expr.positions:
@@ -133,6 +139,8 @@ class _Intervals:
         if name == "to":
             source = args[0]
             return None if source.dtype.is_floating_point else self.of(source)
+        if name == "checked_position":  # asserted in [0, size) where used
+            return (0, int(args[1].value) - 1)  # type: ignore[union-attr]
         values = [self.of(a) for a in args]
         if any(v is None for v in values):  # a float operand
             return None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+import sympy
 import torch
 
 from fusebackend import indexing, ir
@@ -132,18 +133,46 @@ def _along_dim(
     ranges = tuple(index.sizes)
     if any(n > s for d, (n, s) in enumerate(zip(ranges, self.sizes)) if d != dim):
         raise Unsupported("scatter index larger than the tensor")
+    if isinstance(src, TensorArg) and (len(src.sizes) != rank or any(n > s for n, s in zip(ranges, src.sizes))):
+        raise Unsupported("scatter source smaller than the index")
+    if mode == "store" and ranges[dim] == 1 and all(n == s for d, (n, s) in enumerate(zip(ranges, self.sizes))
+                                                     if d != dim):
+        return _one_per_line(b, self, dim, index, src)
     ivars = indexing.loop_vars("i", rank)
     position = [cast(ir.Load(index.view, ivars), torch.int64) if d == dim else ir.IndexValue(ivars[d], torch.int64)
                 for d in range(rank)]
     if isinstance(src, TensorArg):
-        if len(src.sizes) != rank or any(n > s for n, s in zip(ranges, src.sizes)):
-            raise Unsupported("scatter source smaller than the index")
         value = lambda dtype: cast(ir.Load(src.view, ivars), dtype)  # noqa: E731
     elif isinstance(src, (bool, int, float)):
         value = lambda dtype: Constant(ir._convert_scalar(src, dtype), dtype)  # noqa: E731
     else:
         raise Unsupported(f"scatter of a {type(src).__name__}")
     return _scatter(b, self, ranges, position, value, mode, include_self)
+
+
+def _one_per_line(b: GraphLowering, self: TensorArg, dim: int, index: TensorArg, src: Any) -> TensorArg:
+    """A scatter that stores one value on each line along ``dim`` (the index has size 1 along
+    ``dim`` and the tensor's sizes elsewhere: a one-hot, ``nll_loss``'s backward) as a pointwise
+    comparison: ``out[i] = src[i with i[dim] = 0]`` where ``i[dim]`` is the line's position, and
+    ``self[i]`` elsewhere. Nothing is stored to scatter into, so the result fuses with what
+    computes ``self`` (zeros) and with its readers (a log-softmax's backward). The positions are
+    asserted in range (``checked_position``), as the scatter's kernel would."""
+    out = b.out_meta
+
+    def body(ctx: LoweringContext) -> ir.Expr:
+        line = tuple(sympy.Integer(0) if d == dim else v for d, v in enumerate(ctx.vars))
+        position = op("checked_position", cast(ir.Load(index.view, line), torch.int64),
+                      Constant(self.sizes[dim], torch.int64))
+        here = op("eq", position, ir.IndexValue(ctx.vars[dim], torch.int64), dtype=torch.bool)
+        if isinstance(src, TensorArg):
+            new = cast(ir.Load(src.view, line), out.dtype)
+        elif isinstance(src, (bool, int, float)):
+            new = Constant(ir._convert_scalar(src, out.dtype), out.dtype)
+        else:
+            raise Unsupported(f"scatter of a {type(src).__name__}")
+        return op("where", here, new, ctx.value(self, out.dtype))
+
+    return b.pointwise(tuple(out.shape), out.dtype, body, tuple(out.stride()))
 
 
 @register_composite(aten.scatter.src, aten.scatter.value)

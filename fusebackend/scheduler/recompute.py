@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 
 from fusebackend import ir
-from fusebackend.inlining import substitute
+from fusebackend.inlining import substitute, substitute_gathered
 
 MAX_OPS = 24  # distinct ops of an expansion cheap enough to evaluate again in every reader
 
@@ -48,9 +48,12 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
 
     ``within``: consider only these nodes (the scheduler passes those fusion would store).
     """
-    candidates = _candidates(graph, _expansions(graph))
+    expansions = _expansions(graph)
+    candidates = _candidates(graph, expansions)
+    gather_sources = _gather_sources(graph, expansions)
     if within is not None:
         candidates = {name: node for name, node in candidates.items() if name in within}
+        gather_sources = {name: node for name, node in gather_sources.items() if name in within}
         # Then the nodes cheap to compute from what stays stored: a bf16 gradient that stays in
         # memory for another reader, and its fp32 upcast, which a batch-norm backward reads in
         # two kernels, are cheap as the upcast of the stored bf16 (2 bytes an element read
@@ -58,21 +61,28 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
         kept = within - candidates.keys()
         more = _candidates(graph, _expansions(graph, stop=kept))
         candidates.update((name, node) for name, node in more.items() if name in kept)
-    if not candidates:
+    if not candidates and not gather_sources:
         return graph, (), ()
     nodes: list[ir.Node] = []
+    done: dict[str, None] = {}  # the nodes recomputed somewhere
     for node in graph.nodes:
         if isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             used = dict.fromkeys(ld.view.buffer.name for ld in ir.loads(node.body)
                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in candidates)
+            body = substitute(node, candidates) if used else node.body
+            if gather_sources:
+                body = _into_gathers(body, gather_sources, used)
             if used:
-                names = tuple(f"{name} ({candidates[name].origin})" for name in used)
-                node = dataclasses.replace(node, body=substitute(node, candidates),
-                                           recomputes=node.recomputes + names)
+                sources = {**gather_sources, **candidates}
+                names = tuple(f"{name} ({sources[name].origin})" for name in used)
+                node = dataclasses.replace(node, body=body, recomputes=node.recomputes + names)
+                done.update(used)
         nodes.append(node)
+    if not done:
+        return graph, (), ()
     unread = _unread(graph, nodes) - _unread(graph, graph.nodes)  # made unread by the substitution
-    recomputed = tuple(n for n in graph.nodes if n.name in candidates)
-    absorbed = tuple(n for n in graph.nodes if n.name in unread and n.name not in candidates)
+    recomputed = tuple(n for n in graph.nodes if n.name in done)
+    absorbed = tuple(n for n in graph.nodes if n.name in unread and n.name not in done)
     kept = [n for n in nodes if n.name not in unread]
     return dataclasses.replace(graph, nodes=kept), recomputed, absorbed  # type: ignore[return-value]
 
@@ -97,10 +107,12 @@ def _distinct_ops(expr: ir.Expr) -> set[ir.Op]:
     return {e for e in ir.walk(expr) if isinstance(e, ir.Op)}  # codegen computes equal ones once
 
 
-def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
-    returned = graph.results()
+def _pins(graph: ir.IRGraph) -> tuple[dict[str, int], set[str], set[str]]:
+    """Readers per buffer; the buffers that must stay in memory (read by an extern or a
+    scatter, or read after a mutation that follows them); and those read through a gather."""
     readers: dict[str, int] = {}
-    pinned: set[str] = set()  # read by an extern or through a gather: must be in memory
+    pinned: set[str] = set()  # read by an extern or a scatter: must be in memory
+    gathered: set[str] = set()  # read through a gather (recomputed there only by substitute_gathered)
     computed: set[str] = set()  # pointwise nodes so far
     before_mutation: set[str] = set()  # those computed before the latest mutating extern
     for node in graph.nodes:
@@ -115,14 +127,47 @@ def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[
             if node.mutates:
                 before_mutation = set(computed)
         else:
-            pinned |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
+            gathered |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
         if isinstance(node, ir.Scatter):
             # its target is the memory it writes into; and its expressions take no substitution
             pinned |= {v.buffer.name for v in node.reads()}
+    return readers, pinned, gathered
+
+
+def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
+    readers, pinned, gathered = _pins(graph)
+    returned = graph.results()
     return {
         name: node for name, node in expansions.items()
-        if name not in returned | pinned and readers.get(name, 0) >= 2 and _cheap(node)
+        if name not in returned | pinned | gathered and readers.get(name, 0) >= 2 and _cheap(node)
     }
+
+
+def _gather_sources(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
+    """The pointwise nodes read through gathers whose expansions the gathers may evaluate at
+    the positions they read (``inlining.substitute_gathered``) instead of reading them from
+    memory: any number of readers (a gather never fuses with its source, so the source is
+    stored whatever its readers), not returned, and not pinned for another reason."""
+    _, pinned, gathered = _pins(graph)
+    returned = graph.results()
+    return {name: node for name, node in expansions.items()
+            if name in gathered and name not in returned | pinned}
+
+
+def _into_gathers(expr: ir.Expr, sources: dict[str, ir.Pointwise], used: dict[str, None]) -> ir.Expr:
+    """``expr`` with each gather of a ``sources`` buffer replaced by the source's expansion at
+    the gathered positions, where that can be done; ``used`` collects the sources substituted."""
+
+    def leaf(e: ir.Expr) -> ir.Expr | None:
+        if not isinstance(e, ir.IndirectLoad) or e.view.buffer.name not in sources:
+            return None
+        body = substitute_gathered(e, sources[e.view.buffer.name])
+        if body is None:
+            return None
+        used[e.view.buffer.name] = None
+        return body
+
+    return ir.map_expr(expr, leaf)
 
 
 def _cheap(expanded: ir.Pointwise) -> bool:
