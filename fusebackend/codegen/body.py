@@ -15,6 +15,7 @@ generated code leaves the mask out, so Triton needs no predicates on those loads
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import sympy
@@ -81,6 +82,7 @@ class KernelBody:
         self.guard: str | None = None
         # index -> (block size, symbol of the block's start): see align_blocks
         self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
+        self.lanes: tuple[sympy.Symbol, int] | None = None  # see align_blocks
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -125,13 +127,37 @@ class KernelBody:
         self.max_offset = max(self.max_offset, hi)
         return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
 
-    def align_blocks(self, blocks: dict[sympy.Symbol, int]) -> None:
+    def align_blocks(self, blocks: dict[sympy.Symbol, int], lanes: sympy.Symbol | None = None,
+                     lane_block: int = 0) -> None:
         """Take divisions of these indices by multiples of their block sizes at the block's
         start (``indexing.block_aligned``): ``xindex`` starts at ``xoffset``, ``rindex`` at
-        ``roffset`` (a looped kernel's)."""
+        ``roffset`` (a looped kernel's). ``lanes``: the index along the block's last axis (the
+        one Triton vectorizes), whose blocks of ``lane_block`` start at multiples of it."""
         starts = {X: XOFFSET, R: ROFFSET}
         self.blocks = {v: (size, starts[v]) for v, size in blocks.items()}
         self.ranges = {**self.ranges, **{starts[v]: self.ranges[v] for v in blocks}}  # for bounds
+        self.lanes = (lanes, lane_block) if lanes is not None else None
+
+    def _lane_hints(self, offset: sympy.Expr) -> tuple[list[int], list[int]] | None:
+        """Contiguity and divisibility hints for a window load of a 2-d block whose offset is
+        ``lanes`` plus terms the same on every lane of the last axis (a max pool's backward
+        in a column reduction: the window's clamped rows times their stride, plus the
+        channel): contiguous along that axis over the whole block, and its first element a
+        multiple of the largest power of two dividing every term's coefficient and the block
+        start. Other axes get 1, as ``window_arithmetic`` asks. None where that shape is not
+        the offset's."""
+        if self.rank != 2 or getattr(self, "lanes", None) is None:
+            return None
+        lane, block = self.lanes
+        terms = sympy.Add.make_args(offset)
+        if [t for t in terms if lane in t.free_symbols] != [lane]:
+            return None
+        divisor = block
+        for t in terms:
+            if t != lane:
+                divisor = math.gcd(divisor, abs(int(t.as_coeff_Mul()[0])))
+        multiple = divisor & -divisor if divisor else block  # the largest power of two in it
+        return [1, block], [1, min(multiple, block)]
 
     def index_dims(self, expr: sympy.Expr) -> frozenset[str]:
         free = sympy.sympify(expr).free_symbols
@@ -215,7 +241,8 @@ class KernelBody:
         text = indexing.pexpr(offset)
         if dims and self.element_loads and self.guard is None and indexing.window_arithmetic(offset, _STARTS):
             ones = [1] * self.rank  # see window_arithmetic
-            text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {ones}), {ones}), {ones})"
+            contiguous, multiple = self._lane_hints(offset) or (ones, ones)
+            text = f"tl.max_constancy(tl.multiple_of(tl.max_contiguous({text}, {contiguous}), {multiple}), {ones})"
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         mask, dims, spread = self.guarded(self.mask(dims), dims)
         text += spread

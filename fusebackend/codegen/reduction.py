@@ -103,11 +103,12 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
     passes = max_depth + (1 if late else 0)  # reads of each row by a looped kernel
     launch = runtime.reduction_config(xnumel, rnumel, row_contiguous, passes)
     persistent = launch["RBLOCK"] >= rnumel
-    lay = Layout(column=not row_contiguous)
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
+    lay = Layout(column=not row_contiguous)
     body = KernelBody(plan, space, exact)
-    body.align_blocks({X: launch["XBLOCK"]} if persistent else {X: launch["XBLOCK"], R: launch["RBLOCK"]})
+    body.align_blocks({X: launch["XBLOCK"]} if persistent else {X: launch["XBLOCK"], R: launch["RBLOCK"]},
+                      X if lay.column else R, launch["XBLOCK"] if lay.column else launch["RBLOCK"])
     if persistent and not full_nodes:
         body.eviction = "evict_first"  # each row read once and nothing full-size written
     outputs: dict[str, str] = {}
