@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import fusebackend
 from fusebackend.kernels import runtime
@@ -487,3 +488,21 @@ def test_split_column_sum_takes_its_split_at_the_block_start(monkeypatch: pytest
     loads = _loads(phase1)
     assert loads and all("xoffset // 64" in l and "max_contiguous" not in l for l in loads), loads
     assert "xindex //" not in phase1 and "xindex %" not in phase1
+
+
+def test_window_loads_of_a_column_sum_are_hinted_along_the_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an upsampled channels-last tensor summed per channel: each load's row divides (a window),
+    # so it gets hints (indexing.window_arithmetic); its channel is the block's xindex plus the
+    # same for every lane, so the hints say contiguous along the channels, and Triton vectorizes
+    original = runtime.reduction_config
+
+    def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        config = original(xnumel, rnumel, row_contiguous, passes)
+        return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
+
+    monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)
+    x = torch.randn(2, 64, 33, 33).to(memory_format=torch.channels_last)
+    check(lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest").sum((0, 2, 3)), x, atol=1e-3, rtol=1e-4)
+    phase1 = next(src for src in kernels().values() if "split, phase 1" in src)
+    (load,) = _loads(phase1)
+    assert "tl.max_contiguous(" in load and "[1, 64]), [1, 64]), [1, 1]))" in load, load
