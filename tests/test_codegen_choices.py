@@ -470,11 +470,8 @@ def test_pdl_only_directly_after_our_own_kernels() -> None:
     assert [k.source for k in codegen.generate_all(sched)] == plain
 
 
-def test_split_column_sum_takes_its_split_at_the_block_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a split column sum runs over (chunk, column) pairs: with blocks of 64 columns and 64
-    # columns a row, every lane of a block is in one chunk, so the chunk is xoffset // 64 (a
-    # scalar) and the column a contiguous block; no load is issued element by element
-    # (indexing.window_arithmetic), so Triton vectorizes them (the GPU's configuration)
+def _gpu_column_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Column reductions in the GPU's blocks (64 columns, 16 rows), not the interpreter's."""
     original = runtime.reduction_config
 
     def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
@@ -482,6 +479,14 @@ def test_split_column_sum_takes_its_split_at_the_block_start(monkeypatch: pytest
         return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
 
     monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)
+
+
+def test_split_column_sum_takes_its_split_at_the_block_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a split column sum runs over (chunk, column) pairs: with blocks of 64 columns and 64
+    # columns a row, every lane of a block is in one chunk, so the chunk is xoffset // 64 (a
+    # scalar) and the column a contiguous block; no load is issued element by element
+    # (indexing.window_arithmetic), so Triton vectorizes them (the GPU's configuration)
+    _gpu_column_blocks(monkeypatch)
     x = torch.randn(2, 64, 64, 33).to(memory_format=torch.channels_last)  # 4224 rows of 64 channels
     check(lambda x: (x * 2).sum((0, 2, 3)), x, atol=1e-3, rtol=1e-4)
     phase1 = next(src for src in kernels().values() if "split, phase 1" in src)
@@ -494,13 +499,7 @@ def test_window_loads_of_a_column_sum_are_hinted_along_the_channels(monkeypatch:
     # an upsampled channels-last tensor summed per channel: each load's row divides (a window),
     # so it gets hints (indexing.window_arithmetic); its channel is the block's xindex plus the
     # same for every lane, so the hints say contiguous along the channels, and Triton vectorizes
-    original = runtime.reduction_config
-
-    def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        config = original(xnumel, rnumel, row_contiguous, passes)
-        return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
-
-    monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)
+    _gpu_column_blocks(monkeypatch)
     x = torch.randn(2, 64, 33, 33).to(memory_format=torch.channels_last)
     check(lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest").sum((0, 2, 3)), x, atol=1e-3, rtol=1e-4)
     phase1 = next(src for src in kernels().values() if "split, phase 1" in src)

@@ -25,6 +25,11 @@ no more bytes, and the node is never written. The common cases:
   pass: two fp32 tensors written and read back per layer when stored, where recomputing reads
   the two bf16 tensors they come from.
 
+A pointwise node read through a gather (an ``IndirectLoad`` at positions read from data) is
+evaluated by the gather at the positions it reads (``inlining.substitute_gathered``) whatever
+its number of readers: a gather never fuses with its source, so the source would be stored in
+full for the few elements read (a loss's log-softmax, [rows, vocabulary], for one value a row).
+
 ``inline_cheap(graph, within)`` substitutes each such node's expansion into its readers, then
 drops the pointwise nodes that this leaves unread. The scheduler offers it only the nodes that
 fusion left stored: a node fused into all its readers costs nothing to keep, and keeping it
