@@ -146,7 +146,7 @@ class KernelBody:
         multiple of the largest power of two dividing every term's coefficient and the block
         start. Other axes get 1, as ``window_arithmetic`` asks. None where that shape is not
         the offset's."""
-        if self.rank != 2 or getattr(self, "lanes", None) is None:
+        if self.rank != 2 or self.lanes is None:
             return None
         lane, block = self.lanes
         terms = sympy.Add.make_args(offset)
@@ -294,10 +294,7 @@ class KernelBody:
         checks = [c for c in checks if c is not None]
         if checks:
             ok = checks[0] if len(checks) == 1 else self._emit(" & ".join(f"({c})" for c in checks), dims)
-            where = "" if mask is None else f" | ~({mask})"
-            self._statement(f'tl.device_assert({ok}{where}, "index out of bounds: a gather from '
-                            f'{view.buffer.name} of sizes {list(view.sizes)}")')
-            self.asserts = True
+            self._assert(ok, mask, f"index out of bounds: a gather from {view.buffer.name} of sizes {list(view.sizes)}")
             mask = ok if mask is None else f"{ok} & {mask}"
         terms = "".join(f" + {pos}" if view.strides[d] == 1 else f" + {pos} * {view.strides[d]}" for d, pos in rendered)
         affine = [ir.affine_index(p) for _, p in expr.positions]
@@ -348,11 +345,15 @@ class KernelBody:
         dims = self.dims_of(pos)
         ok = self._in_range(pos, int(size.value), dims)
         if ok is not None:
-            where = "" if self.mask(dims) is None else f" | ~({self.mask(dims)})"
-            self._statement(f'tl.device_assert({ok}{where}, "index out of bounds: a scatter position '
-                            f'outside [0, {size.value})")')
-            self.asserts = True
+            self._assert(ok, self.mask(dims), f"index out of bounds: a scatter position outside [0, {size.value})")
         return pos
+
+    def _assert(self, ok: str, mask: str | None, message: str) -> None:
+        """``tl.device_assert`` of ``ok`` on the lanes in ``mask``; the kernel is then compiled
+        in debug mode, where Triton keeps asserts (``KernelSource.asserts``)."""
+        where = "" if mask is None else f" | ~({mask})"
+        self._statement(f'tl.device_assert({ok}{where}, "{message}")')
+        self.asserts = True
 
     def _in_range(self, pos: str, size: int, dims: frozenset[str]) -> str | None:
         """``0 <= pos < size`` as a block varying along ``dims`` (a load's mask must have the

@@ -54,8 +54,9 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
     ``within``: consider only these nodes (the scheduler passes those fusion would store).
     """
     expansions = _expansions(graph)
-    candidates = _candidates(graph, expansions)
-    gather_sources = _gather_sources(graph, expansions)
+    pins = _pins(graph)
+    candidates = _candidates(graph, expansions, pins)
+    gather_sources = _gather_sources(graph, expansions, pins)
     if within is not None:
         candidates = {name: node for name, node in candidates.items() if name in within}
         gather_sources = {name: node for name, node in gather_sources.items() if name in within}
@@ -64,7 +65,7 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
         # two kernels, are cheap as the upcast of the stored bf16 (2 bytes an element read
         # instead of 4 written and read back), not as the sum of the three tensors it came from.
         kept = within - candidates.keys()
-        more = _candidates(graph, _expansions(graph, stop=kept))
+        more = _candidates(graph, _expansions(graph, stop=kept), pins)
         candidates.update((name, node) for name, node in more.items() if name in kept)
     if not candidates and not gather_sources:
         return graph, (), ()
@@ -112,7 +113,10 @@ def _distinct_ops(expr: ir.Expr) -> set[ir.Op]:
     return {e for e in ir.walk(expr) if isinstance(e, ir.Op)}  # codegen computes equal ones once
 
 
-def _pins(graph: ir.IRGraph) -> tuple[dict[str, int], set[str], set[str]]:
+_Pins = tuple[dict[str, int], set[str], set[str]]
+
+
+def _pins(graph: ir.IRGraph) -> _Pins:
     """Readers per buffer; the buffers that must stay in memory (read by an extern or a
     scatter, or read after a mutation that follows them); and those read through a gather."""
     readers: dict[str, int] = {}
@@ -139,8 +143,8 @@ def _pins(graph: ir.IRGraph) -> tuple[dict[str, int], set[str], set[str]]:
     return readers, pinned, gathered
 
 
-def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
-    readers, pinned, gathered = _pins(graph)
+def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins) -> dict[str, ir.Pointwise]:
+    readers, pinned, gathered = pins
     returned = graph.results()
     return {
         name: node for name, node in expansions.items()
@@ -148,12 +152,12 @@ def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[
     }
 
 
-def _gather_sources(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise]) -> dict[str, ir.Pointwise]:
+def _gather_sources(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins) -> dict[str, ir.Pointwise]:
     """The pointwise nodes read through gathers whose expansions the gathers may evaluate at
     the positions they read (``inlining.substitute_gathered``) instead of reading them from
     memory: any number of readers (a gather never fuses with its source, so the source is
     stored whatever its readers), not returned, and not pinned for another reason."""
-    _, pinned, gathered = _pins(graph)
+    _, pinned, gathered = pins
     returned = graph.results()
     return {name: node for name, node in expansions.items()
             if name in gathered and name not in returned | pinned}
