@@ -3,7 +3,8 @@
 On a GPU (``FUSE_PAD_MM=auto``) large half-precision products whose output columns are not a
 multiple of 16 bytes are padded; here ``pad_mm="always"`` turns the same rewrite on for the
 CPU's float32. Each test compares with eager and asserts what the wrapper hands the ATen call,
-how many kernels the graph becomes, and that the user's outputs keep eager's layout.
+how many kernels the graph becomes, and the layout of the user's outputs: a padded product
+returned as it is keeps its padded rows, as Inductor's does; anything else keeps eager's layout.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def test_a_language_model_head_is_padded_and_read_through_its_view() -> None:
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["row_major", "transposed"])
-def test_mm_output_returned_directly_keeps_eagers_layout(transposed: bool) -> None:
+def test_mm_output_returned_directly_keeps_its_padded_rows(transposed: bool) -> None:
+    """Returned as Inductor returns it: eager's order of dims, rows 16 elements apart, no copy."""
     torch.manual_seed(0)
     a = torch.randn(5, 8)
     b = torch.randn(13, 8).t() if transposed else torch.randn(8, 13)
@@ -53,9 +55,38 @@ def test_mm_output_returned_directly_keeps_eagers_layout(transposed: bool) -> No
     with fusebackend.config.patch(pad_mm="always"):
         out = compile_fn(fn)(a, b)
     assert_same(out, fn(a, b))
-    assert out.is_contiguous()
+    assert out.stride() == (16, 1)
     assert "f32[5, 16] strides [16, 1] = extern aten.mm.default" in ir_text()
-    assert "an output in eager's layout" in ir_text()
+    assert "an output in eager's layout" not in ir_text()
+    assert kernel_count() == 1  # the padding of b; nothing after the product
+
+
+def test_a_language_model_heads_logits_are_returned_without_a_copy() -> None:
+    """h [B, S, K] through a linear layer with 30 outputs: the logits are the padded product's
+    view, [B, S, 30] with rows 32 apart; merging B and S (as a loss does) needs no copy."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 30)
+    h = torch.randn(3, 7, 16)
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(head)(h)
+    expected = head(h)
+    assert_same(out, expected)
+    assert out.stride() == (7 * 32, 32, 1)
+    assert out.view(-1, 30).stride() == (32, 1)
+    assert "an output in eager's layout" not in ir_text()
+    assert kernel_count() == 2  # the padded weight and bias
+
+
+def test_a_padded_product_permuted_before_it_is_returned_is_copied_into_eagers_layout() -> None:
+    """(a @ b).t() + 0 is a new tensor: eager lays it out [13, 5] contiguous, an order the
+    product's rows do not have, so the kernel writes eager's layout."""
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 8), torch.randn(8, 13)
+    fn = lambda a, b: (a @ b).t().contiguous()  # noqa: E731
+    with fusebackend.config.patch(pad_mm="always"):
+        out = compile_fn(fn)(a, b)
+    assert_same(out, fn(a, b))
+    assert out.is_contiguous()
 
 
 def test_training_through_a_padded_head() -> None:
@@ -79,6 +110,31 @@ def test_training_through_a_padded_head() -> None:
     for p, g in zip(head.parameters(), grads_ref):
         assert_same(p.grad, g)
         assert p.grad.stride() == g.stride()
+
+
+def test_training_with_the_padded_logits_returned() -> None:
+    """The logits leave the graph with padded rows; eager's loss reads them and its gradient,
+    contiguous, comes back into the backward graph."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 30)
+    h = torch.randn(3, 7, 16, requires_grad=True)
+    h_ref = h.detach().clone().requires_grad_(True)
+    target = torch.randint(0, 30, (21,))
+    expected = torch.nn.functional.cross_entropy(head(h_ref).view(-1, 30), target)
+    expected.backward()
+    grads_ref = [p.grad.clone() for p in head.parameters()]
+    head.zero_grad()
+    with fusebackend.config.patch(pad_mm="always"):
+        logits = compile_fn(head)(h)
+        assert logits.stride() == (7 * 32, 32, 1)
+        actual = torch.nn.functional.cross_entropy(logits.view(-1, 30), target)
+        actual.backward()
+    assert_same(actual, expected)
+    assert_same(h.grad, h_ref.grad)
+    for p, g in zip(head.parameters(), grads_ref):
+        assert_same(p.grad, g)
+        assert p.grad.stride() == g.stride()
+    assert fusebackend.metrics.eager_graphs == 0
 
 
 def test_aligned_or_small_products_are_left_alone() -> None:

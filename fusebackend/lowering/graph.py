@@ -94,6 +94,15 @@ def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
     return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
 
 
+def _same_order(sizes: Sequence[int], strides: Sequence[int], eager: Sequence[int]) -> bool:
+    """Whether ``strides`` lay the dims (those larger than 1) out in ``eager``'s order, the
+    fastest one with eager's stride: eager's layout, but for gaps between rows."""
+    dims = [d for d, n in enumerate(sizes) if n != 1]
+    order = lambda st: sorted(dims, key=lambda d: (-st[d], d))  # noqa: E731
+    ours = order(strides)
+    return ours == order(eager) and (not ours or strides[ours[-1]] == eager[ours[-1]])
+
+
 def _beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
     """Why an op must stay an ATen call whatever its lowering: a tensor kernels cannot hold
     (``ir.KERNEL_DTYPES``), a conjugate or negative bit, or a view to another dtype."""
@@ -167,6 +176,7 @@ class GraphLowering(IRBuilder):
         self.channels_last = layouts.wants_channels_last(self.device)
         self.relaid: dict[ir.View, TensorArg] = {}  # a tensor's channels-last copy, made once
         self.padded: dict[tuple, TensorArg] = {}  # a matrix's zero-padded copy (matmuls.py), made once
+        self.padded_products: set[str] = set()  # buffers of products with padded columns (matmuls.py)
         self.user_outputs = user_outputs
 
     # ---------------------------------------------------------------------------- helpers
@@ -395,7 +405,9 @@ class GraphLowering(IRBuilder):
         another (channels-last around convolutions, layouts.py; padded matrix products,
         matmuls.py; or in the forward graph, for a backward graph's gradients): a copy, which
         fuses into the kernel computing the value. An output that aliases an input keeps the
-        input's layout: AOTAutograd rebuilds it from the input."""
+        input's layout: AOTAutograd rebuilds it from the input. A padded product's columns are
+        returned as they are, rows padded, where its dims are in eager's order
+        (``matmuls.py`` says why)."""
         traced = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
         constants = {buf for buf, _ in self.constants}
         keep = len(outputs) if self.user_outputs is None else min(self.user_outputs, len(outputs))
@@ -412,6 +424,8 @@ class GraphLowering(IRBuilder):
                     or all(a == b for n, a, b in zip(view.sizes, strides, view.strides) if n != 1)
                     or not indexing.is_dense(view.sizes, strides)):
                 continue
+            if view.buffer.name in self.padded_products and _same_order(view.sizes, view.strides, strides):
+                continue  # eager's order with padded rows, as Inductor returns it (matmuls.py)
             meta = torch.empty_strided(view.sizes, strides, dtype=view.dtype, device="meta")
             source = TensorArg(view, torch.empty_strided(view.sizes, view.strides, dtype=view.dtype, device="meta"))
             self.node = None
