@@ -2,8 +2,10 @@
 
 ``graphs_compiled``, ``kernels_generated``, ``fallbacks`` (ATen ops left as extern calls, by op
 name), ``eager_graphs`` (whole graphs run eagerly after a failure), ``cache_hits`` (compiled
-graphs and kernels found in a cache) and ``stage_seconds`` (compile time per pipeline stage).
-``reset()`` zeroes them all.
+graphs and kernels found in a cache), ``stage_seconds`` (compile time per pipeline stage) and
+``slow_launches`` (launches of compiled kernels that took Triton's own path, by why: a launch
+hook set, as profilers set one, or a pointer whose alignment changed; each costs several times a
+direct launch on the host). ``reset()`` zeroes them all.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ eager_graphs: int = 0
 cache_hits: int = 0
 fallbacks: collections.Counter[str] = collections.Counter()
 stage_seconds: collections.Counter[str] = collections.Counter()
+slow_launches: collections.Counter[str] = collections.Counter()
 
 
 def reset() -> None:
@@ -29,6 +32,7 @@ def reset() -> None:
     cache_hits = 0
     fallbacks.clear()
     stage_seconds.clear()
+    slow_launches.clear()
 
 
 @contextlib.contextmanager
@@ -53,6 +57,8 @@ def summary() -> str:
     ]
     if fallbacks:
         lines.append("ATen fallbacks:     " + ", ".join(f"{k} x{v}" for k, v in fallbacks.most_common()))
+    if slow_launches:
+        lines.append("slow launches:      " + ", ".join(f"{k} x{v}" for k, v in slow_launches.most_common()))
     if stage_seconds:
         lines.append("compile seconds:    " + ", ".join(f"{k} {v:.3f}" for k, v in stage_seconds.items()))
     return "\n".join(lines)

@@ -329,12 +329,14 @@ def test_launcher_direct_path_checks_unaligned_pointers_stay_unaligned(monkeypat
     launch = runtime.Launcher(jit, 2, {"XBLOCK": 64})
     base = torch.empty(130)
     aligned, odd = base[:64], base[1:65]  # 4-byte offset: not 16-byte aligned
+    fusebackend.metrics.reset()
     launch(77, aligned, odd, 64)
     launch(77, aligned, odd, 64)  # the same alignments: direct
     launch(77, aligned, aligned, 64)  # the kernel assumed p1 unaligned; an aligned one is another specialization
     assert launcher.calls == [(2, 1, 1, 77, "cufunction", False, False, None, None, "packed", None, None, None,
                                aligned.data_ptr(), odd.data_ptr(), 64, 64)]
     assert len(jit.bound) == 2
+    assert fusebackend.metrics.slow_launches == {"a pointer's alignment changed": 1}
 
 
 def test_launcher_takes_tritons_path_for_profiler_hooks_and_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -345,9 +347,11 @@ def test_launcher_takes_tritons_path_for_profiler_hooks_and_scratch(monkeypatch:
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
     launch = runtime.Launcher(jit, 3, {"XBLOCK": 64})
     x = torch.empty(64)
+    fusebackend.metrics.reset()
     launch(77, x, 64)
     launch(77, x, 64)
     assert not launcher.calls and jit.compiled.launches == [((3, 1, 1), (x, 64, 64))]
+    assert fusebackend.metrics.slow_launches == {"a launch hook set": 1}  # the first call compiles: not counted
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", None)
     jit, launcher = _jit36()
     launcher.global_scratch_size = 128  # type: ignore[misc]
@@ -355,6 +359,7 @@ def test_launcher_takes_tritons_path_for_profiler_hooks_and_scratch(monkeypatch:
     launch(77, x, 64)
     launch(77, x, 64)
     assert not launcher.calls and len(jit.compiled.launches) == 1
+    assert fusebackend.metrics.slow_launches == {"a launch hook set": 1, "no C launcher": 1}
 
 
 def test_allocators_follow_the_graph_device() -> None:

@@ -161,10 +161,12 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
         assert f.kernels and f.first_call_s and f.first_call_s > 0, f
         for v in row.variants:
             assert v.median_ms is not None and v.median_ms > 0, v
+            assert v.round_ms == [v.median_ms], v  # one timing round on a CPU
             assert v.host_ms is not None and 0 < v.host_ms < float("inf"), v
             # on a CPU: no GPU time, no device memory, no launches
             assert v.gpu_ms is None and v.peak_mib is None and v.launches is None, v
         assert f.speedup is not None and f.speedup == pytest.approx(row.eager.median_ms / f.median_ms)
+        assert f.slow_launches == {}  # the interpreter launches through Triton, and counts nothing
     saved = json.loads((tmp_path / "zoo_tiny.json").read_text())
     assert [(r["model"], r["mode"]) for r in saved["rows"]] == [("gpt2", "inference"), ("gpt2", "train")]
     assert saved["environment"]["modes"] == ["inference", "train"]

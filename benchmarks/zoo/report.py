@@ -201,6 +201,8 @@ def progress(row: "ZooRow") -> str:
                 part += f" cold {v.first_call_s:.1f} s"
         if v.variant == "fuse" and v.eager_graphs:
             part += f" ({v.eager_graphs} graph(s) ran eagerly)"
+        if v.variant == "fuse" and v.slow_launches:
+            part += " (launches through Triton while timed: " + ", ".join(f"{k} x{n}" for k, n in v.slow_launches.items()) + ")"
         parts.append(part)
     warning = f" [{row.message}]" if row.message else ""
     return f"{head} {row.shapes} ({row.seconds:.1f} s): " + ", ".join(parts) + warning

@@ -21,9 +21,13 @@ relative error and the largest gradient difference over the model's largest eage
 ``fuse <= 2x inductor`` says whether fuse's error is at most twice Inductor's.
 
 Each compiled variant's first call (cold compile and one run, its seconds reported) is checked
-against eager; then, for every variant, the median time of one call (``benchmarks/timing.py``:
-``do_bench`` on a GPU), the host's and the GPU's time per step, the peak device memory of one
-step and the kernels it launches (``measure.py``). ``--no-timing`` leaves out the times.
+against eager, and every variant is kept compiled (Dynamo is reset between models, not between
+variants). Then the variants are timed in turn, in three rounds on a GPU: the median time of
+one call (``benchmarks/timing.py``: ``do_bench``), the host's and the GPU's time per step
+(``measure.py``); each figure is the median over the rounds, and ``round_ms`` keeps each round's
+median. The host of a lent GPU changes speed over minutes, and a variant timed alone would get
+whatever speed it had then. Last, each variant's peak device memory in one step and the kernels
+it launches. ``--no-timing`` leaves out the times.
 
 One model failing (an exception, out of memory) is reported as ``ERROR`` with the message and the
 others run; results are written after every model to ``zoo[_tiny][_train|_inference].json`` and
@@ -38,6 +42,7 @@ import argparse
 import dataclasses
 import gc
 import os
+import statistics
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -61,7 +66,8 @@ class VariantStats:
     variant: str
     status: str = "ok"  # ref (eager), ok, error
     error: float | None = None  # against eager (see the module docstring); None for eager itself
-    median_ms: float | None = None
+    median_ms: float | None = None  # the median over the timing rounds' medians
+    round_ms: list[float] = dataclasses.field(default_factory=list)  # each round's median (run_model)
     first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
     speedup: float | None = None  # eager's time over this one
     host_ms: float | None = None  # the host's time per step (measure.host_time)
@@ -73,6 +79,8 @@ class VariantStats:
     graphs: int | None = None  # fuse: graphs compiled
     kernels: int | None = None  # fuse: generated kernels
     fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)  # fuse: ATen ops by name
+    # fuse: launches that took Triton's path while timed, by why (fusebackend.metrics.slow_launches)
+    slow_launches: dict[str, int] = dataclasses.field(default_factory=dict)
     message: str = ""  # the exception, or fuse's warnings
 
 
@@ -196,21 +204,65 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def _measure(stats: VariantStats, step: Callable[[], Any], options: RunOptions, train: bool) -> None:
-    """Everything but the check, on a step that has run once: times (unless ``--no-timing``),
-    then peak memory and launches, which sharing the GPU does not change."""
-    if options.timed:
-        stats.median_ms = median_ms(step, options.device, options.timing)
-        host = host_time(step, options.device, train, options.timing)
-        stats.host_ms, stats.gpu_ms = host.host_ms, host.gpu_ms
-    memory = peak_memory(step, options.device)
-    if memory is not None:
-        stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
-    stats.launches = kernel_launches(step, options.device)
+# Timing rounds on a GPU: every variant is timed once per round, in turn, so that a host whose
+# speed drifts over a minute (the H200 hosts' does: benchmarks/RESULTS.md, ninth to twelfth
+# sessions) slows every variant alike; each variant's figures are the medians over the rounds.
+GPU_ROUNDS = 3
+
+
+def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options: RunOptions, train: bool) -> None:
+    """Median time, host and GPU time of each variant's step, the variants taken in turn in each
+    of ``GPU_ROUNDS`` rounds (one round on a CPU). fuse's launches that took Triton's path while
+    timed are counted (``slow_launches``). A variant that fails here is marked as an error."""
+    rounds = GPU_ROUNDS if options.device.type == "cuda" else 1
+    samples: dict[str, list[tuple[float, float, float | None]]] = {stats.variant: [] for stats, _ in timed}
+    fusebackend.metrics.slow_launches.clear()
+    failed: set[str] = set()
+    for _ in range(rounds):
+        for stats, step in timed:
+            if stats.variant in failed:
+                continue
+            try:
+                median = median_ms(step, options.device, options.timing)
+                host = host_time(step, options.device, train, options.timing)
+            except Exception as exc:
+                failed.add(stats.variant)
+                stats.status = "error"
+                stats.message = " | ".join(filter(None, (short_error(exc), stats.message)))
+                continue
+            samples[stats.variant].append((median, host.host_ms, host.gpu_ms))
+    for stats, _ in timed:
+        got = samples[stats.variant]
+        if stats.variant in failed or not got:
+            continue
+        stats.round_ms = [m for m, _, _ in got]
+        stats.median_ms = statistics.median(stats.round_ms)
+        stats.host_ms = statistics.median(h for _, h, _ in got)
+        gpus = [g for _, _, g in got if g is not None]
+        stats.gpu_ms = statistics.median(gpus) if gpus else None
+        if stats.variant == "fuse":  # before the profiler counts launches: it sets launch hooks
+            stats.slow_launches = dict(fusebackend.metrics.slow_launches)
+
+
+def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions) -> None:
+    """Peak memory and launches of one step, each variant alone on the GPU."""
+    if stats.status == "error":
+        return
+    try:
+        memory = peak_memory(step, options.device)
+        if memory is not None:
+            stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
+        stats.launches = kernel_launches(step, options.device)
+    except Exception as exc:
+        stats.status = "error"
+        stats.message = " | ".join(filter(None, (short_error(exc), stats.message)))
 
 
 def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], None] = print) -> ZooRow:
-    """One model in one mode through every variant; exceptions are recorded in the row, never raised."""
+    """One model in one mode through every variant; exceptions are recorded in the row, never raised.
+
+    Every variant is compiled and checked first and kept; then they are timed in turn
+    (``_time_in_rounds``), then each one's memory and launches are measured."""
     train = mode == "train"
     row = ZooRow(name, mode)
     entry = ZOO[name]
@@ -220,6 +272,7 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
         return row
     start = time.perf_counter()
     built = None
+    timed: list[tuple[VariantStats, Callable[[], Any]]] = []
     try:
         _reset()
         built = entry.build(options.size, options.device, options.dtype)
@@ -231,17 +284,23 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
                                  for t in output_tensors(expected)):
             row.message = "eager's outputs are all zero: the errors below tell nothing"
         eager = VariantStats("eager", "ref", speedup=1.0)
-        _measure(eager, make_step(built, built.model), options, train)
         row.variants.append(eager)
+        timed.append((eager, make_step(built, built.model)))
         for variant in options.variants:
             if variant != "eager":
-                row.variants.append(_run_variant(variant, built, make_step, expected, options, train))
-                _free(options.device)
+                stats, step = _run_variant(variant, built, make_step, expected, options, train)
+                row.variants.append(stats)
+                if step is not None:
+                    timed.append((stats, step))
+        if options.timed:
+            _time_in_rounds(timed, options, train)
+        for stats, step in timed:
+            _resources(stats, step, options)
     except Exception as exc:
         row.status, row.message = "ERROR", short_error(exc)
         log(traceback.format_exc(limit=-3))
     finally:
-        del built
+        del built, timed
         _reset()
         _free(options.device)
     row.seconds = time.perf_counter() - start
@@ -249,12 +308,17 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
 
 
 def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callable[..., Any]], Callable[[], Any]],
-                 expected: Any, options: RunOptions, train: bool) -> VariantStats:
+                 expected: Any, options: RunOptions, train: bool) -> tuple[VariantStats, Callable[[], Any] | None]:
+    """Compile ``variant`` and check its first call against eager: its stats, and its step to
+    time (None where it failed). Dynamo is not reset between variants, so the variants compiled
+    before stay compiled (its guards tell the backends' entries apart)."""
     stats = VariantStats(variant)
     notes: list[str] = []
+    step = None
     with recording_warnings(notes, prefix="fusebackend", limit=300):
         try:
-            _reset()
+            fusebackend.metrics.reset()
+            fusebackend.dump.clear()
             step = make_step(built, _compiler(variant)(built.model))
             out, stats.first_call_s = _timed(lambda: _snapshot(step()), options.device)
             if variant == "fuse":
@@ -267,12 +331,12 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             else:
                 stats.error = output_error(out, expected)
             del out
-            _measure(stats, step, options, train)
         except Exception as exc:
             stats.status = "error"
             notes.insert(0, short_error(exc))
+            step = None
     stats.message = " | ".join(notes)
-    return stats
+    return stats, step
 
 
 def _finish(row: ZooRow) -> None:

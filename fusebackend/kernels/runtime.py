@@ -224,13 +224,24 @@ def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tu
     lines.append("        return")
     lines.append(f"    slow(stream, {', '.join(names)})  # a pointer of another alignment: Triton specializes again")
     source = "\n".join(lines) + "\n"
-    scope = {"hooks": direct.hooks, "c_launch": direct.launch, "head": direct.head, "runner": direct.runner,
-             "constexprs": constexprs, "slow": slow, "gx": direct.grid[0], "gy": direct.grid[1],
-             "gz": direct.grid[2]}
+    scope = {"hooks": direct.hooks, "c_launch": direct.launch, "head": direct.head,
+             "runner": _counted(direct.runner, "a launch hook set" if direct.launch is not None else "no C launcher"),
+             "constexprs": constexprs, "slow": _counted(slow, "a pointer's alignment changed"),
+             "gx": direct.grid[0], "gy": direct.grid[1], "gz": direct.grid[2]}
     exec(compile(source, "<fusebackend direct launch>", "exec"), scope)
     fn = scope["launch"]
     fn.__source__ = source
     return fn
+
+
+def _counted(fn: Any, why: str) -> Any:
+    """``fn``, counting its calls in ``metrics.slow_launches[why]`` (the slow paths only)."""
+
+    def call(*args: Any) -> None:
+        metrics.slow_launches[why] += 1
+        fn(*args)
+
+    return call
 
 
 @contextlib.contextmanager
