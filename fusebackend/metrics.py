@@ -5,7 +5,9 @@ name), ``eager_graphs`` (whole graphs run eagerly after a failure), ``cache_hits
 graphs and kernels found in a cache), ``stage_seconds`` (compile time per pipeline stage) and
 ``slow_launches`` (launches of compiled kernels that took Triton's own path, by why: a launch
 hook set, as profilers set one, or a pointer whose alignment changed; each costs several times a
-direct launch on the host). ``reset()`` zeroes them all.
+direct launch on the host) and ``layout_copies`` (ATen results that came back in another layout
+than the lowering declared, copied into it at run time: a kernel and a host cost each).
+``reset()`` zeroes them all.
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ graphs_compiled: int = 0
 kernels_generated: int = 0
 eager_graphs: int = 0
 cache_hits: int = 0
+layout_copies: int = 0
 fallbacks: collections.Counter[str] = collections.Counter()
 stage_seconds: collections.Counter[str] = collections.Counter()
 slow_launches: collections.Counter[str] = collections.Counter()
 
 
 def reset() -> None:
-    global graphs_compiled, kernels_generated, eager_graphs, cache_hits
+    global graphs_compiled, kernels_generated, eager_graphs, cache_hits, layout_copies
     graphs_compiled = 0
     kernels_generated = 0
     eager_graphs = 0
     cache_hits = 0
+    layout_copies = 0
     fallbacks.clear()
     stage_seconds.clear()
     slow_launches.clear()
@@ -57,6 +61,8 @@ def summary() -> str:
     ]
     if fallbacks:
         lines.append("ATen fallbacks:     " + ", ".join(f"{k} x{v}" for k, v in fallbacks.most_common()))
+    if layout_copies:
+        lines.append(f"layout copies:      {layout_copies}")
     if slow_launches:
         lines.append("slow launches:      " + ", ".join(f"{k} x{v}" for k, v in slow_launches.most_common()))
     if stage_seconds:

@@ -278,3 +278,30 @@ def test_inputs_that_disagree_on_the_order_give_a_row_major_result() -> None:
     assert out.stride() == (40, 1, 5)
     out = compile_fn(lambda x, pos: x.permute(0, 2, 1) + pos)(x, pos)
     assert out.stride() == (x.permute(0, 2, 1) + pos).stride() == (40, 1, 5)
+
+
+def test_an_extern_takes_its_traced_layout_only_for_the_inputs_it_was_traced_with() -> None:
+    """The traced value says how ATen lays out a result for the traced inputs' layouts. cuDNN's
+    attention returns its output in the query's layout, so where the lowering wrote the query
+    [B, H, S, D] (traced as a transpose of [B, S, H, D]), the meta function's layout holds, and
+    declaring the traced one made the wrapper copy every layer's result (Qwen2, 24 a step)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusebackend import ir
+    from fusebackend.lowering.graph import _inputs_as_traced
+    from fusebackend.lowering.values import TensorArg
+
+    def fn(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.bmm(x.transpose(1, 2), k)
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(2, 5, 3), torch.randn(2, 5, 4))
+    node = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.bmm.default)
+
+    def arg(sizes: tuple[int, ...], strides: tuple[int, ...]) -> TensorArg:
+        buffer = ir.Buffer("b", torch.float32, sizes, strides)
+        return TensorArg(ir.View(buffer, sizes, strides, 0), torch.empty_strided(sizes, strides, device="meta"))
+
+    k = arg((2, 5, 4), (20, 4, 1))
+    assert _inputs_as_traced(node, (arg((2, 3, 5), (15, 1, 3)), k), {})  # the transpose it was traced with
+    assert not _inputs_as_traced(node, (arg((2, 3, 5), (15, 5, 1)), k), {})  # written contiguous instead
+    assert not _inputs_as_traced(node, (arg((2, 3, 5), (15, 1, 3)),), {})  # an argument the trace lacks

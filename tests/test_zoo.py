@@ -167,6 +167,7 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
             assert v.gpu_ms is None and v.peak_mib is None and v.launches is None, v
         assert f.speedup is not None and f.speedup == pytest.approx(row.eager.median_ms / f.median_ms)
         assert f.slow_launches == {}  # the interpreter launches through Triton, and counts nothing
+        assert f.layout_copies == 0
     saved = json.loads((tmp_path / "zoo_tiny.json").read_text())
     assert [(r["model"], r["mode"]) for r in saved["rows"]] == [("gpt2", "inference"), ("gpt2", "train")]
     assert saved["environment"]["modes"] == ["inference", "train"]

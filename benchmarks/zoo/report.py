@@ -201,6 +201,8 @@ def progress(row: "ZooRow") -> str:
                 part += f" cold {v.first_call_s:.1f} s"
         if v.variant == "fuse" and v.eager_graphs:
             part += f" ({v.eager_graphs} graph(s) ran eagerly)"
+        if v.variant == "fuse" and v.layout_copies:
+            part += f" ({v.layout_copies} ATen result(s) copied into another layout a step)"
         if v.variant == "fuse" and v.slow_launches:
             part += " (launches through Triton while timed: " + ", ".join(f"{k} x{n}" for k, n in v.slow_launches.items()) + ")"
         parts.append(part)

@@ -81,6 +81,7 @@ class VariantStats:
     fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)  # fuse: ATen ops by name
     # fuse: launches that took Triton's path while timed, by why (fusebackend.metrics.slow_launches)
     slow_launches: dict[str, int] = dataclasses.field(default_factory=dict)
+    layout_copies: int | None = None  # fuse: ATen results copied into their declared layout in one step
     message: str = ""  # the exception, or fuse's warnings
 
 
@@ -245,11 +246,15 @@ def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options
 
 
 def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions) -> None:
-    """Peak memory and launches of one step, each variant alone on the GPU."""
+    """Peak memory and launches of one step, each variant alone on the GPU; for fuse, the ATen
+    results its wrapper copied into the layout it declared in that step (``metrics.layout_copies``)."""
     if stats.status == "error":
         return
     try:
-        memory = peak_memory(step, options.device)
+        fusebackend.metrics.layout_copies = 0
+        memory = peak_memory(step, options.device)  # one step
+        if stats.variant == "fuse":
+            stats.layout_copies = fusebackend.metrics.layout_copies
         if memory is not None:
             stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
         stats.launches = kernel_launches(step, options.device)

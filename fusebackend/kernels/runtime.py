@@ -479,6 +479,7 @@ def expect_layout(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...
         # the same elements at the same places: a dim of size 1 is never stepped along (cuDNN
         # returns [N, C, 1, 1] results contiguous where the graph declared them channels-last)
         return t
+    metrics.layout_copies += 1
     out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out

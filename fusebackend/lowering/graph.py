@@ -94,6 +94,22 @@ def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
     return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
 
 
+def _inputs_as_traced(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+    """Whether an extern's tensor arguments have the sizes and strides the node was traced with.
+
+    Only then does the traced value say how the ATen kernel lays out its result. Where the
+    lowering laid an input out otherwise, the meta function's result on the actual inputs holds:
+    the cuDNN attention's output follows the query's layout, and Qwen2's queries, written
+    [B, H, S, D] by the rotary kernel where the trace had them [B, S, H, D], came back from cuDNN
+    [B, H, S, D]; declared [B, S, H, D] as traced, each of the 24 layers' results was copied
+    again (``runtime.expect_layout``)."""
+    ours = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
+    vals = [n.meta.get("val") for n in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(n, torch.fx.Node)]
+    traced = [v for v in vals if isinstance(v, torch.Tensor)]
+    return len(ours) == len(traced) and all(
+        tuple(m.shape) == tuple(v.shape) and tuple(m.stride()) == tuple(v.stride()) for m, v in zip(ours, traced))
+
+
 def _same_order(sizes: Sequence[int], strides: Sequence[int], eager: Sequence[int]) -> bool:
     """Whether ``strides`` lay the dims (those larger than 1) out in ``eager``'s order, the
     fastest one with eager's stride: eager's layout, but for gaps between rows."""
@@ -483,7 +499,7 @@ class GraphLowering(IRBuilder):
             metrics.fallbacks[target.overloadpacket.__name__] += 1
         if target in layouts.CONVOLUTIONS and self.channels_last:
             out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta, self.device)
-        elif self.node is not None:
+        elif self.node is not None and _inputs_as_traced(self.node, args, kwargs):
             out_meta = _traced_layout(self.node, out_meta)
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []

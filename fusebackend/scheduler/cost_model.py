@@ -43,6 +43,7 @@ class TrafficModel:
     def __init__(self, graph: ir.IRGraph) -> None:
         self.readers: dict[str, set[str]] = {}
         self.nodes = ir.nodes_by_name(graph.nodes)
+        self.position = {node.name: k for k, node in enumerate(graph.nodes)}
         self.written_by: dict[str, str] = {}
         for node in graph.nodes:
             for view in node.reads():
@@ -56,7 +57,7 @@ class TrafficModel:
         """Buffers the group writes that must reach memory."""
         group = set(names)
         out = []
-        for name in group:
+        for name in sorted(group, key=self.position.__getitem__):  # graph order, not the set's
             for buf in ir.written_buffers(self.nodes[name]):
                 outside = self.readers.get(buf.name, set()) - group
                 if outside or buf.name in self.graph_outputs:
@@ -66,9 +67,7 @@ class TrafficModel:
     def reads(self, names: Iterable[str]) -> dict[str, int]:
         """External buffers the group reads, with the bytes read from each."""
         group = set(names)
-        elements: dict[str, int] = {}
-        buffers: dict[str, ir.Buffer] = {}
-        seen: set[ir.View] = set()
+        per_view: dict[ir.View, int] = {}  # elements read through each view: its largest access
         for name in group:
             node = self.nodes[name]
             if isinstance(node, ir.Extern):
@@ -81,12 +80,16 @@ class TrafficModel:
                     for ld in ir.node_loads(node)
                 ]
             for view, count in accesses:
-                b = view.buffer
-                if self.written_by.get(b.name) in group or view in seen:
-                    continue
-                seen.add(view)
-                buffers[b.name] = b
-                elements[b.name] = elements.get(b.name, 0) + count
+                if self.written_by.get(view.buffer.name) not in group:
+                    # a view both loaded whole and gathered (a log-softmax computed at the
+                    # gathered positions, next to its row maximum) is read whole, whichever
+                    # node the loop meets first
+                    per_view[view] = max(per_view.get(view, 0), count)
+        elements: dict[str, int] = {}
+        buffers: dict[str, ir.Buffer] = {}
+        for view, count in sorted(per_view.items(), key=lambda vc: vc[0].buffer.name):
+            buffers[view.buffer.name] = view.buffer
+            elements[view.buffer.name] = elements.get(view.buffer.name, 0) + count
         return {k: min(n, buffers[k].numel) * buffers[k].dtype.itemsize for k, n in elements.items()}
 
     def traffic(self, names: Iterable[str]) -> tuple[int, int]:
