@@ -89,6 +89,13 @@ def test_a_padded_product_permuted_before_it_is_returned_is_copied_into_eagers_l
     assert out.is_contiguous()
 
 
+def assert_grads_as(module: torch.nn.Module, expected: list[torch.Tensor]) -> None:
+    """Each parameter's gradient equals eager's, in eager's layout."""
+    for p, g in zip(module.parameters(), expected):
+        assert_same(p.grad, g)
+        assert p.grad.stride() == g.stride()
+
+
 def test_training_through_a_padded_head() -> None:
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 30)
@@ -107,9 +114,7 @@ def test_training_through_a_padded_head() -> None:
         actual.backward()
     assert_same(actual, expected)
     assert_same(x.grad, x_ref.grad)
-    for p, g in zip(head.parameters(), grads_ref):
-        assert_same(p.grad, g)
-        assert p.grad.stride() == g.stride()
+    assert_grads_as(head, grads_ref)
 
 
 def test_training_with_the_padded_logits_returned() -> None:
@@ -131,9 +136,7 @@ def test_training_with_the_padded_logits_returned() -> None:
         actual.backward()
     assert_same(actual, expected)
     assert_same(h.grad, h_ref.grad)
-    for p, g in zip(head.parameters(), grads_ref):
-        assert_same(p.grad, g)
-        assert p.grad.stride() == g.stride()
+    assert_grads_as(head, grads_ref)
     assert fusebackend.metrics.eager_graphs == 0
 
 

@@ -228,8 +228,7 @@ def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options
                 host = host_time(step, options.device, train, options.timing)
             except Exception as exc:
                 failed.add(stats.variant)
-                stats.status = "error"
-                stats.message = " | ".join(filter(None, (short_error(exc), stats.message)))
+                _failed(stats, exc)
                 continue
             samples[stats.variant].append((median, host.host_ms, host.gpu_ms))
     for stats, _ in timed:
@@ -259,8 +258,13 @@ def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions
             stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
         stats.launches = kernel_launches(step, options.device)
     except Exception as exc:
-        stats.status = "error"
-        stats.message = " | ".join(filter(None, (short_error(exc), stats.message)))
+        _failed(stats, exc)
+
+
+def _failed(stats: VariantStats, exc: Exception) -> None:
+    """A variant that failed after its check: an error, the exception first in its message."""
+    stats.status = "error"
+    stats.message = " | ".join(filter(None, (short_error(exc), stats.message)))
 
 
 def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], None] = print) -> ZooRow:

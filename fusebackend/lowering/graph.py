@@ -113,10 +113,9 @@ def _inputs_as_traced(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
 def _same_order(sizes: Sequence[int], strides: Sequence[int], eager: Sequence[int]) -> bool:
     """Whether ``strides`` lay the dims (those larger than 1) out in ``eager``'s order, the
     fastest one with eager's stride: eager's layout, but for gaps between rows."""
-    dims = [d for d, n in enumerate(sizes) if n != 1]
-    order = lambda st: sorted(dims, key=lambda d: (-st[d], d))  # noqa: E731
-    ours = order(strides)
-    return ours == order(eager) and (not ours or strides[ours[-1]] == eager[ours[-1]])
+    ours = [d for d in indexing.dense_order(sizes, strides) if sizes[d] != 1]
+    theirs = [d for d in indexing.dense_order(sizes, eager) if sizes[d] != 1]
+    return ours == theirs and (not ours or strides[ours[-1]] == eager[ours[-1]])
 
 
 def _beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
