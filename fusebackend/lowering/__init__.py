@@ -11,6 +11,7 @@ from fusebackend.lowering import upsampling as _upsampling  # noqa: F401
 from fusebackend.lowering import gathers as _gathers  # noqa: F401
 from fusebackend.lowering import views as _views  # noqa: F401
 from fusebackend.lowering import matmuls as _matmuls  # noqa: F401
+from fusebackend.lowering import convolutions as _convolutions  # noqa: F401
 from fusebackend.lowering.graph import lower
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported
 

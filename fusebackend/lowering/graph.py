@@ -47,6 +47,11 @@ from fusebackend.lowering.values import LoweringContext, TensorArg
 
 aten = torch.ops.aten
 
+# Ops whose composite lowering (convolutions.py: depthwise and one-position convolutions) is tried
+# before the ATen call's preparations (its input made channels-last for cuDNN, its bias split off);
+# where it declines, the op is an ATen call.
+OWN_FIRST = (aten.convolution.default,)
+
 
 def _check_matches(result: Any, out_meta: Any) -> None:
     """A composite must produce exactly the sizes and dtypes ATen's meta function gives."""
@@ -310,6 +315,10 @@ class GraphLowering(IRBuilder):
             if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
             return result
+        if target in OWN_FIRST:
+            own = self._own_lowering(target, args, kwargs)
+            if own is not None:
+                return own
         if target is aten.convolution.default and self.channels_last:
             # the weight too: cuDNN would copy a weight that is not channels-last for a
             # channels-last input, on every call (a 3x3 one: ATen's clone, about 30 us of host
@@ -350,7 +359,7 @@ class GraphLowering(IRBuilder):
                 tensors = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
                 out_meta = layouts.pointwise_layout(out_meta, tensors)
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
-            if target in COMPOSITE:
+            if target in COMPOSITE and target not in OWN_FIRST:
                 self.out_meta, self.origin = out_meta, str(target)
                 result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
                 _check_matches(result, out_meta)
@@ -362,6 +371,25 @@ class GraphLowering(IRBuilder):
                               "it runs as an ATen call", stacklevel=2)
             return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
+
+    def _own_lowering(self, target: Any, args: Any, kwargs: Any) -> Any:
+        """``target``'s composite lowering, tried before the ATen call's own preparations (an
+        input made channels-last for cuDNN): its result, or None where it declines."""
+        if target not in COMPOSITE:
+            return None
+        mark = len(self.nodes)
+        try:
+            out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
+            self.out_meta, self.origin = out_meta, str(target)
+            result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
+            _check_matches(result, out_meta)
+            return result
+        except Exception as exc:
+            del self.nodes[mark:]
+            if not isinstance(exc, Unsupported):
+                warnings.warn(f"fusebackend: lowering {target} failed ({type(exc).__name__}: {exc}); "
+                              "it runs as an ATen call", stacklevel=2)
+            return None
 
     def _traced_layouts(self, node: torch.fx.Node, args: Any) -> Any:
         """``args`` with each tensor the lowering laid out otherwise than the trace (channels-last

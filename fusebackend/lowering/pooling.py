@@ -48,86 +48,16 @@ from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite, register_pointwise
 from fusebackend.lowering.windows import (
-    Cond, check_unrolled, clamped, conj, in_range, index_value, masked, product, ranges_of, spatial_load, total,
+    Cond, Window, check_unrolled, clamped, conj, in_range, index_value, masked, product, ranges_of, spatial_load, taps,
+    total, windows_of,
 )
 
 aten = torch.ops.aten
 
 
-# ------------------------------------------------------------------------------ arguments
-
-
-def expand(value: Any, nd: int, name: str) -> tuple[int, ...]:
-    """An int or a list of 1 or ``nd`` ints, as ``nd`` ints."""
-    items = [value] if isinstance(value, int) else list(value)
-    if len(items) == 1:
-        items = items * nd
-    if len(items) != nd or not all(isinstance(v, int) for v in items):
-        raise Unsupported(f"{name}={value!r}")
-    return tuple(items)
-
-
 def float_input(x: TensorArg) -> None:
     if not x.dtype.is_floating_point:
         raise Unsupported(f"pooling of {x.dtype}")
-
-
-# ---------------------------------------------------------------------------- the windows
-
-
-@dataclasses.dataclass(frozen=True)
-class Window:
-    """One spatial dim of a pool: output ``i`` reads ``i*stride - padding + k*dilation``."""
-
-    kernel: int
-    stride: int
-    padding: int
-    dilation: int
-    in_size: int
-    out_size: int
-
-    def start(self, i: sympy.Expr) -> sympy.Expr:
-        return i * self.stride - self.padding
-
-    @property
-    def reach(self) -> int:
-        """The window positions that can hold an input element: position ``k`` of the first
-        window reads ``k*dilation - padding``, and later windows read further on, so positions
-        from ``(in_size - 1 + padding) // dilation + 1`` on never do. A kernel larger than the
-        input (transformers' EfficientNet pools 7x7 with a 1280x1280 kernel, in ``ceil_mode``)
-        unrolls what the input holds."""
-        return min(self.kernel, (self.in_size - 1 + self.padding) // self.dilation + 1)
-
-    def covering(self) -> int:
-        """How many windows can cover one input element."""
-        return (self.kernel - 1) * self.dilation // self.stride + 1
-
-
-def _windows(x: TensorArg, out_sizes: Sequence[int], nd: int, kernel_size: Any, stride: Any, padding: Any,
-             dilation: Any = 1) -> tuple[Window, ...]:
-    if len(x.sizes) not in (nd + 1, nd + 2):
-        raise Unsupported(f"a {nd}d pool of a {len(x.sizes)}-dim tensor")
-    k = expand(kernel_size, nd, "kernel_size")
-    s = expand(stride, nd, "stride") if stride not in (None, [], ()) else k
-    p = expand(padding, nd, "padding")
-    d = expand(dilation, nd, "dilation")
-    ins, outs = x.sizes[-nd:], tuple(out_sizes)[-nd:]
-    if min(k + s + d) < 1 or min(p) < 0 or 0 in ins or 0 in outs:
-        raise Unsupported("an empty pool")
-    return tuple(Window(*w) for w in zip(k, s, p, d, ins, outs))
-
-
-def _taps(windows: Sequence[Window], out_vars: Sequence[sympy.Expr], ranges: dict[sympy.Symbol, int]
-          ) -> list[tuple[tuple[sympy.Expr, ...], Cond]]:
-    """Every window position that can hold an input element: (its index held inside the input,
-    whether it is inside), in row-major window order."""
-    taps = []
-    for offsets in itertools.product(*(range(w.reach) for w in windows)):
-        index = [w.start(v) + o * w.dilation for w, v, o in zip(windows, out_vars, offsets)]
-        valid = conj(*(in_range(e, 0, w.in_size, ranges) for e, w in zip(index, windows)))
-        if valid is not False:
-            taps.append((tuple(clamped(e, w.in_size, ranges) for e, w in zip(index, windows)), valid))
-    return taps
 
 
 def _plane_offset(index: Sequence[sympy.Expr], windows: Sequence[Window]) -> sympy.Expr:
@@ -143,13 +73,13 @@ def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride:
     float_input(x)
     values_meta, indices_meta = b.out_meta
     sizes = tuple(values_meta.shape)
-    windows = _windows(x, sizes, nd, kernel_size, stride, padding, dilation)
+    windows = windows_of(x, sizes, nd, kernel_size, stride, padding, dilation)
     check_unrolled(math.prod(w.reach for w in windows), "a max pool window")
     acc = ir.compute_dtype(x.dtype)
 
     def window(ctx: LoweringContext) -> tuple[list[sympy.Expr], list[tuple[tuple[sympy.Expr, ...], Cond]]]:
         lead, out_vars = list(ctx.vars[:-nd]), ctx.vars[-nd:]
-        return lead, _taps(windows, out_vars, ranges_of(ctx))
+        return lead, [(idx, valid) for _, idx, valid in taps(windows, out_vars, ranges_of(ctx))]
 
     def maximum(ctx: LoweringContext) -> Expr:
         lead, taps = window(ctx)
@@ -211,7 +141,7 @@ def _max_pool_backward(ctx: LoweringContext, grad_output: TensorArg, x: TensorAr
                        stride: Any, padding: Any, dilation: Any, indices: TensorArg) -> Expr:
     """Each input element sums the gradients of the windows whose maximum it was."""
     float_input(grad_output)
-    windows = _windows(x, grad_output.sizes, nd, kernel_size, stride, padding, dilation)
+    windows = windows_of(x, grad_output.sizes, nd, kernel_size, stride, padding, dilation)
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead = ctx.vars[:-nd]
@@ -269,7 +199,7 @@ def _avg_pool(ctx: LoweringContext, x: TensorArg, windows: Sequence[Window], cou
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead, out_vars = ctx.vars[:-nd], ctx.vars[-nd:]
-    terms = [masked(valid, spatial_load(x, lead, idx, acc), 0.0) for idx, valid in _taps(windows, out_vars, ranges)]
+    terms = [masked(valid, spatial_load(x, lead, idx, acc), 0.0) for _, idx, valid in taps(windows, out_vars, ranges)]
     divisor = _divisor(windows, out_vars, count_include_pad, divisor_override, ranges, acc)
     return op("truediv", total(terms, acc), divisor)
 
@@ -306,7 +236,7 @@ def _average(b: GraphLowering, x: TensorArg, nd: int, positions: int, tiles: Seq
 def _avg_pool_node(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride: Any, padding: Any,
                    count_include_pad: bool, divisor_override: Any) -> TensorArg:
     float_input(x)
-    windows = _windows(x, b.out_meta.shape, nd, kernel_size, stride, padding)
+    windows = windows_of(x, b.out_meta.shape, nd, kernel_size, stride, padding)
     tiles = None
     if all(w.stride == w.kernel and w.padding == 0 and w.out_size * w.kernel <= w.in_size for w in windows):
         tiles = [w.kernel for w in windows]
@@ -331,7 +261,7 @@ def _avg_pool_backward(ctx: LoweringContext, grad_output: TensorArg, x: TensorAr
                        stride: Any, padding: Any, count_include_pad: bool, divisor_override: Any) -> Expr:
     """Each input element sums ``grad / divisor`` of the windows that cover it."""
     float_input(grad_output)
-    windows = _windows(x, grad_output.sizes, nd, kernel_size, stride, padding)
+    windows = windows_of(x, grad_output.sizes, nd, kernel_size, stride, padding)
     ranges = ranges_of(ctx)
     acc = ir.compute_dtype(ctx.dtype)
     lead = ctx.vars[:-nd]

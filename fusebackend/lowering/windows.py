@@ -10,8 +10,10 @@ masks and no clamps.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import sympy
 import torch
@@ -123,3 +125,74 @@ def product(factors: Sequence[Expr | int], acc: torch.dtype) -> Expr:
         if not isinstance(f, int):
             out = cast(f, acc) if out is None else op("mul", out, cast(f, acc))
     return out if out is not None else Constant(1.0, acc)
+
+
+# ------------------------------------------------------------------------- sliding windows
+
+
+def expand(value: Any, nd: int, name: str) -> tuple[int, ...]:
+    """An int or a list of 1 or ``nd`` ints, as ``nd`` ints."""
+    items = [value] if isinstance(value, int) else list(value)
+    if len(items) == 1:
+        items = items * nd
+    if len(items) != nd or not all(isinstance(v, int) for v in items):
+        raise Unsupported(f"{name}={value!r}")
+    return tuple(items)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One spatial dim of a pool or a convolution: output ``i`` reads ``i*stride - padding +
+    k*dilation`` for each window position ``k``."""
+
+    kernel: int
+    stride: int
+    padding: int
+    dilation: int
+    in_size: int
+    out_size: int
+
+    def start(self, i: sympy.Expr) -> sympy.Expr:
+        return i * self.stride - self.padding
+
+    @property
+    def reach(self) -> int:
+        """The window positions that can hold an input element: position ``k`` of the first
+        window reads ``k*dilation - padding``, and later windows read further on, so positions
+        from ``(in_size - 1 + padding) // dilation + 1`` on never do. A kernel larger than the
+        input (transformers' EfficientNet pools 7x7 with a 1280x1280 kernel, in ``ceil_mode``)
+        unrolls what the input holds."""
+        return min(self.kernel, (self.in_size - 1 + self.padding) // self.dilation + 1)
+
+    def covering(self) -> int:
+        """How many windows can cover one input element."""
+        return (self.kernel - 1) * self.dilation // self.stride + 1
+
+
+def windows_of(x: TensorArg, out_sizes: Sequence[int], nd: int, kernel_size: Any, stride: Any, padding: Any,
+               dilation: Any = 1) -> tuple[Window, ...]:
+    """The windows of an ``nd``-d pool or convolution of ``x`` (its last ``nd`` dims); a stride
+    of ``()`` or None is the kernel's size, as pooling's default."""
+    if len(x.sizes) not in (nd + 1, nd + 2):
+        raise Unsupported(f"a {nd}d window over a {len(x.sizes)}-dim tensor")
+    k = expand(kernel_size, nd, "kernel_size")
+    s = expand(stride, nd, "stride") if stride not in (None, [], ()) else k
+    p = expand(padding, nd, "padding")
+    d = expand(dilation, nd, "dilation")
+    ins, outs = x.sizes[-nd:], tuple(out_sizes)[-nd:]
+    if min(k + s + d) < 1 or min(p) < 0 or 0 in ins or 0 in outs:
+        raise Unsupported("an empty window")
+    return tuple(Window(*w) for w in zip(k, s, p, d, ins, outs))
+
+
+def taps(windows: Sequence[Window], out_vars: Sequence[sympy.Expr], ranges: dict[sympy.Symbol, int]
+         ) -> list[tuple[tuple[int, ...], tuple[sympy.Expr, ...], Cond]]:
+    """Every window position that can hold an input element: (its position in the window, its
+    index held inside the input, whether it is inside), in row-major window order."""
+    out = []
+    for offsets in itertools.product(*(range(w.reach) for w in windows)):
+        index = [w.start(v) + o * w.dilation for w, v, o in zip(windows, out_vars, offsets)]
+        valid = conj(*(in_range(e, 0, w.in_size, ranges) for e, w in zip(index, windows)))
+        if valid is not False:
+            out.append((offsets, tuple(clamped(e, w.in_size, ranges) for e, w in zip(index, windows)), valid))
+    return out

@@ -131,3 +131,72 @@ def graph_floor(graph: ir.IRGraph, readers: Mapping[str, set[str]]) -> int:
                 if isinstance(n, ir.Pointwise) and n.buffer.name in graph.mutations)
     inputs = {b.name for b in graph.input_buffers()}
     return total + sum(b.nbytes for name, b in outs.items() if name not in inputs)
+
+
+# The arithmetic a fusion may add per byte of memory traffic it saves. A kernel evaluates a
+# pointwise producer of its own wherever it loads it: a consumer that reads it at K positions (a
+# window: a depthwise convolution, a pool, an upsampling) computes it K times per element of its
+# own. An H100 or H200 issues about ten operations in the time it moves a byte, so past this
+# many extra operations per byte saved the fused kernel is bound by its arithmetic where the two
+# kernels apart were bound by memory. MobileNetV3's batch norm and hard-swish (about 20
+# operations an element) read by a 5x5 depthwise convolution at 25 positions adds about 120
+# operations per byte saved; ReLU before a pool, or a batch norm and ReLU before ResNet's 3x3
+# max pool of stride 2 (2.25 reads per element), adds under 4.
+OPS_PER_BYTE_SAVED = 8
+
+# The most positions a node of a reduction's kernel may read one tensor at. A reduction kernel
+# issues a window's loads element by element (their offsets clamp and divide, and carry hints
+# of 1: indexing.window_arithmetic), and where its rows are a channels-last tensor's channels
+# the lanes of a warp read positions C elements apart. MobileNetV3's last 5x5 depthwise
+# convolution (b64, 960 channels, 7x7) fused into its squeeze-and-excitation mean took 1001 us
+# on an H100 (bf16, 2026-11-24), against 44 us for the convolution alone as a tiled pointwise
+# kernel. A max pool's gradient (4 covering windows of a 3x3 pool of stride 2) stays fused into
+# a batch norm's gradient statistics, as measured there (eleventh session).
+MAX_WINDOW_IN_REDUCTION = 8
+
+
+def window_recompute(nodes: Iterable[ir.Node]) -> str | None:
+    """Why one kernel of ``nodes`` would compute a producer too many times over (see
+    ``OPS_PER_BYTE_SAVED``), or None."""
+    nodes = list(nodes)
+    pointwise = {n.name: n for n in nodes if isinstance(n, ir.Pointwise)}
+    if not pointwise:
+        return None
+    if any(isinstance(n, (ir.Reduction, ir.Scan)) for n in nodes):
+        for node in pointwise.values():
+            counts: dict[str, set[tuple[ir.View, tuple]]] = {}
+            for ld in ir.loads(node.body):
+                if isinstance(ld, ir.Load):
+                    counts.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
+            widest = max((len(v) for v in counts.values()), default=0)
+            if widest > MAX_WINDOW_IN_REDUCTION:
+                return (f"{node.name} reads a tensor at {widest} positions: a window stays out of reduction kernels "
+                        f"(most {MAX_WINDOW_IN_REDUCTION})")
+    ops: dict[str, int] = {}
+
+    def cost(name: str) -> int:  # operations per element of a pointwise node, its in-kernel producers included
+        if name not in ops:
+            body = pointwise[name].body
+            own = sum(isinstance(e, ir.Op) for e in ir.walk(body))
+            ops[name] = own + sum(cost(ld.view.buffer.name) for ld in ir.loads(body)
+                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in pointwise)
+        return ops[name]
+
+    for node in nodes:
+        if isinstance(node, ir.Extern) or isinstance(node, ir.Scatter):
+            continue
+        positions: dict[str, set[tuple[ir.View, tuple]]] = {}
+        for ld in ir.node_loads(node):
+            if isinstance(ld, ir.Load) and ld.view.buffer.name in pointwise:
+                positions.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
+        evaluations = node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1)
+        for name, seen in positions.items():
+            if len(seen) < 2:
+                continue
+            producer = pointwise[name].buffer
+            extra = (len(seen) * evaluations - producer.numel) * cost(name)
+            saved = 2 * producer.numel * producer.dtype.itemsize  # its write and its read
+            if extra > OPS_PER_BYTE_SAVED * saved:
+                return (f"{node.name} reads {name} at {len(seen)} positions: {cost(name)} operations an element "
+                        f"recomputed, {extra / max(saved, 1):.0f} per byte saved (most {OPS_PER_BYTE_SAVED})")
+    return None

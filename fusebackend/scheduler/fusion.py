@@ -20,7 +20,7 @@ from typing import Iterable
 
 from fusebackend import ir
 from fusebackend.config import config
-from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel
+from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.space import SpaceError, plan_space
 
 
@@ -129,6 +129,9 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
         return f"group would exceed {config.max_fusion_size} nodes"
     if groups.reaches(a, b, skip_direct=True) or groups.reaches(b, a, skip_direct=True):
         return "a node outside both depends on one and feeds the other (cycle)"
+    recompute = window_recompute(nodes)
+    if recompute is not None:
+        return recompute
     try:
         plan_space(nodes, {buf.name for buf in model.stored(names)})
     except SpaceError as exc:

@@ -5,9 +5,10 @@ that producer's expansion, down to *leaves* that are not pointwise (graph inputs
 reductions) or whose own expansion is too large. A node is recomputed in its readers when
 
 - it has two or more readers (a single reader is ordinary fusion's business), none of them an
-  extern, a gather, a scatter (those need it in memory) or a node after a mutating extern that
-  follows it (recomputed there, it could see the mutated values), and the graph does not
-  return it;
+  extern, a gather, a scatter (those need it in memory), a node after a mutating extern that
+  follows it (recomputed there, it could see the mutated values) or a node that reads it at
+  several positions (a window, which would compute it once per position), and the graph does
+  not return it;
 - its expansion holds at most ``MAX_OPS`` distinct operations and no gather;
 - the leaves it reads in full (views with at least as many distinct elements as the node; a
   per-channel or per-row value is served by the cache) take no more bytes per element than the
@@ -137,6 +138,13 @@ def _pins(graph: ir.IRGraph) -> _Pins:
                 before_mutation = set(computed)
         else:
             gathered |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
+            # read at several positions by one node (a window): recomputed there, it would be
+            # computed once per position (cost_model.window_recompute)
+            seen: dict[str, set[tuple[ir.View, tuple]]] = {}
+            for ld in ir.node_loads(node):
+                if isinstance(ld, ir.Load):
+                    seen.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
+            pinned |= {name for name, positions in seen.items() if len(positions) > 1}
         if isinstance(node, ir.Scatter):
             # its target is the memory it writes into; and its expressions take no substitution
             pinned |= {v.buffer.name for v in node.reads()}

@@ -1,0 +1,193 @@
+"""Convolutions as kernels of ours (``lowering/convolutions.py``): depthwise windows and products
+over one position; and the scheduler rules they brought (``cost_model.window_recompute``): a
+producer is not recomputed at every position of a window where that costs more arithmetic than
+the bytes it saves, and a wide window stays out of reduction kernels.
+
+Every test compares with eager on fresh random inputs; the fusion tests assert the kernel count,
+the ATen calls left and what the generated source or the schedule report says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fusebackend
+from fusebackend.lowering import convolutions
+from helpers import assert_same, check, check_lowered, compile_fn, kernel_count, kernels
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def fallbacks() -> dict[str, int]:
+    return dict(fusebackend.metrics.fallbacks)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [
+    # (input sizes, weight sizes, stride, padding, dilation, bias)
+    ((2, 6, 9, 11), (6, 1, 3, 3), 1, 1, 1, True),
+    ((2, 6, 9, 11), (6, 1, 3, 3), 2, 2, 2, False),
+    ((2, 6, 9, 11), (12, 1, 5, 3), (2, 1), (2, 0), 1, True),  # two output channels per input channel
+    ((1, 4, 1, 1), (4, 1, 3, 3), 1, 1, 1, True),  # a 1x1 image: every position but the centre is padding
+    ((3, 5, 6, 7), (5, 1, 5, 5), 1, 0, 1, False),  # no padding: the windows fit
+    ((2, 4, 10), (4, 1, 3), 1, 1, 1, True),  # 1-d
+], ids=["3x3", "strided-dilated", "multiplier2", "1x1-image", "5x5-valid", "1d"])
+def test_depthwise_convolution_is_one_kernel(case: tuple[Any, ...], dtype: torch.dtype) -> None:
+    sizes, wsizes, stride, padding, dilation, with_bias = case
+    torch.manual_seed(0)
+    x = torch.randn(sizes, dtype=dtype)
+    w = torch.randn(wsizes, dtype=dtype)
+    b = torch.randn(wsizes[0], dtype=dtype) if with_bias else None
+    conv = F.conv1d if len(sizes) == 3 else F.conv2d
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return torch.relu(conv(x, w, b, stride, padding, dilation, groups=sizes[1]))
+
+    check_lowered(fn, x, w, b)
+    assert kernel_count() == 1  # the convolution, its bias and the ReLU
+    (name,) = kernels()
+    assert "convolution" in name
+
+
+def test_depthwise_convolution_of_a_non_contiguous_input() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 11, 9).transpose(2, 3)
+    w, b = torch.randn(6, 1, 3, 3), torch.randn(6)
+    check_lowered(lambda x: F.conv2d(x, w, b, padding=1, groups=6), x)
+
+
+def test_channels_last_depthwise_convolution_is_tiled() -> None:
+    """As on a GPU: channels-last, its index arithmetic once per row of a block and its
+    weights once per column (``codegen/pointwise.column_tile``)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 6, 6).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(16, 1, 3, 3)
+    with fusebackend.config.patch(conv_layout="channels_last"):
+        out = check_lowered(lambda x: F.conv2d(x, w, None, padding=1, groups=16) * 2, x)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    (source,) = kernels().values()
+    assert "tiled: 144 rows (y) of 16 columns (x)" in source
+
+
+def test_untileable_channels_last_depthwise_convolution_stays_cudnns() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 9, 11)
+    w = torch.randn(6, 1, 3, 3)
+    with fusebackend.config.patch(conv_layout="channels_last"):
+        check(lambda x: F.conv2d(x, w, None, padding=1, groups=6), x)
+    assert fallbacks() == {"convolution": 1}  # 6 channels: no block of 8 columns divides them
+
+
+@pytest.mark.parametrize("why", ["grouped", "transposed", "7x7"])
+def test_other_convolutions_stay_aten_calls(why: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 9, 9)
+    if why == "grouped":
+        w = torch.randn(8, 4, 3, 3)
+        fn = lambda x: F.conv2d(x, w, padding=1, groups=2)  # noqa: E731
+    elif why == "transposed":
+        w = torch.randn(8, 1, 3, 3)
+        fn = lambda x: F.conv_transpose2d(x, w, padding=1, groups=8)  # noqa: E731
+    else:
+        w = torch.randn(8, 1, 7, 7)  # slower than cuDNN's on an H100
+        fn = lambda x: F.conv2d(x, w, padding=3, groups=8)  # noqa: E731
+    check(fn, x)
+    assert sum(fallbacks().values()) == 1
+
+
+class SqueezeExcite(nn.Module):
+    """A squeeze-and-excitation block as torchvision's MobileNetV3 has it."""
+
+    def __init__(self, channels: int = 12, squeeze: int = 4) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(channels, squeeze, 1), nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = F.adaptive_avg_pool2d(x, 1)
+        scale = F.hardsigmoid(self.fc2(F.relu(self.fc1(scale))))
+        return x * scale
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_squeeze_and_excitation_products_are_reductions(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    block = SqueezeExcite().to(dtype)
+    x = torch.randn(3, 12, 5, 7, dtype=dtype)
+    with torch.no_grad():
+        check_lowered(block, x)
+    # the mean; each product with its bias and activation; the scaling
+    assert kernel_count() == 4
+    products = [src for name, src in kernels().items() if "convolution" in name]
+    assert len(products) == 2 and all("tl.reduce(" in src for src in products)
+
+
+@pytest.mark.parametrize("limit, calls", [(3 * 12 * 4 - 1, 2), (3 * 12 * 4, 0)])
+def test_a_large_product_over_one_position_stays_cublass(monkeypatch: pytest.MonkeyPatch, limit: int,
+                                                         calls: int) -> None:
+    monkeypatch.setattr(convolutions, "MAX_POINT_MACS", limit)  # both products are 3 x 12 x 4
+    torch.manual_seed(0)
+    block = SqueezeExcite()
+    with torch.no_grad():
+        check(block, torch.randn(3, 12, 5, 7))
+    assert fallbacks() == ({"convolution": calls} if calls else {})
+
+
+class InvertedResidual(nn.Module):
+    """MobileNet's block: 1x1 expansion, batch norm, hard-swish, depthwise 3x3, batch norm,
+    hard-swish, squeeze-and-excitation, 1x1 projection."""
+
+    def __init__(self, c: int = 8, e: int = 16) -> None:
+        super().__init__()
+        self.expand, self.bn1 = nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e)
+        self.dw, self.bn2 = nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e)
+        self.se = SqueezeExcite(e, 8)
+        self.project = nn.Conv2d(e, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.hardswish(self.bn1(self.expand(x)))
+        y = self.se(F.hardswish(self.bn2(self.dw(y))))
+        return x + self.project(y)
+
+
+def test_a_window_does_not_recompute_a_costly_producer_at_each_position() -> None:
+    torch.manual_seed(0)
+    block = InvertedResidual().eval()
+    with torch.no_grad():
+        check(block, torch.randn(2, 8, 6, 6))
+    report = fusebackend.last_compiled().schedule
+    # batch norm and hard-swish, about 50 operations an element, computed once, not 9 times
+    assert "reads buf" in report and "at 9 positions" in report and "per byte saved (most 8)" in report
+    # the depthwise convolution's kernel is not the squeeze-and-excitation mean's
+    assert "a window stays out of reduction kernels" in report
+    assert fallbacks() == {"convolution": 2}  # the expansion and the projection: cuDNN's
+
+
+def test_a_relu_before_a_pool_still_fuses() -> None:
+    torch.manual_seed(0)
+    check_lowered(lambda x: F.max_pool2d(torch.relu(x * 2), 3, 2, 1), torch.randn(2, 4, 9, 9))
+    assert kernel_count() == 1
+
+
+def test_training_through_depthwise_and_squeeze_excitation() -> None:
+    """Gradients as eager's; both as close to a float64 copy's as eager's are."""
+    torch.manual_seed(0)
+    block = InvertedResidual()
+    reference = InvertedResidual().double()
+    reference.load_state_dict(block.state_dict())
+    eager = InvertedResidual()
+    eager.load_state_dict(block.state_dict())
+    x = torch.randn(2, 8, 6, 6)
+    compile_fn(block)(x).square().sum().backward()
+    eager(x).square().sum().backward()
+    reference(x.double()).square().sum().backward()
+    for p, e, r in zip(block.parameters(), eager.parameters(), reference.parameters()):
+        eager_error = (e.grad.double() - r.grad).abs().max().item()
+        ours = (p.grad.double() - r.grad).abs().max().item()
+        assert ours <= 4 * eager_error + 1e-5, (ours, eager_error)
+        assert_same(p.grad, e.grad, atol=1e-4, rtol=1e-4)
+    assert fusebackend.metrics.eager_graphs == 0
