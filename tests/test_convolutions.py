@@ -61,17 +61,21 @@ def test_depthwise_convolution_of_a_non_contiguous_input() -> None:
     check_lowered(lambda x: F.conv2d(x, w, b, padding=1, groups=6), x)
 
 
-def test_channels_last_depthwise_convolution_is_tiled() -> None:
+@pytest.mark.parametrize("channels, columns", [(16, 16), (24, 8)])
+def test_channels_last_depthwise_convolution_is_tiled(channels: int, columns: int) -> None:
     """As on a GPU: channels-last, its index arithmetic once per row of a block and its
-    weights once per column (``codegen/pointwise.column_tile``)."""
+    weights once per column (``codegen/pointwise.column_tile``). A window takes blocks of 8
+    columns where no wider block divides the channels (MobileNetV3's 72, 120, 184, 200)."""
     torch.manual_seed(0)
-    x = torch.randn(4, 16, 6, 6).contiguous(memory_format=torch.channels_last)
-    w = torch.randn(16, 1, 3, 3)
+    x = torch.randn(4, channels, 6, 6).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, 1, 3, 3)
     with fusebackend.config.patch(conv_layout="channels_last"):
-        out = check_lowered(lambda x: F.conv2d(x, w, None, padding=1, groups=16) * 2, x)
+        out = check_lowered(lambda x: F.conv2d(x, w, None, padding=1, groups=channels) * 2, x)
     assert out.is_contiguous(memory_format=torch.channels_last)
     (source,) = kernels().values()
-    assert "tiled: 144 rows (y) of 16 columns (x)" in source
+    assert f"tiled: 144 rows (y) of {channels} columns (x)" in source
+    assert f"x_tiles = {channels} // XBLOCK" in source
+    assert fusebackend.last_compiled().wrapper.count(f"XBLOCK={columns},") == 1
 
 
 def test_untileable_channels_last_depthwise_convolution_stays_cudnns() -> None:

@@ -101,7 +101,7 @@ def _depthwise(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorAr
         rows = meta.numel() // meta.shape[1]
         if runtime.column_tile_config(rows, meta.shape[1], positions) is None:
             raise Unsupported(f"a depthwise convolution of {meta.shape[1]} channels x {rows} positions: no tiles")
-        x = b._channels_last(x, "input")
+        x = b.as_channels_last(x, "input")
         meta = aten.convolution.default(x.meta, weight.meta, None if bias is None else bias.meta, stride, padding,
                                         dilation, False, [0] * nd, x.sizes[1])
         meta = layouts.result_layout(aten.convolution.default, (x.meta, weight.meta), meta, b.device)

@@ -323,7 +323,7 @@ class GraphLowering(IRBuilder):
             # the weight too: cuDNN would copy a weight that is not channels-last for a
             # channels-last input, on every call (a 3x3 one: ATen's clone, about 30 us of host
             # time a convolution on an H200 host); our copy is one launch of a generated kernel
-            args = (self._channels_last(args[0], "input"), self._channels_last(args[1], "weight"), *args[2:])
+            args = (self.as_channels_last(args[0], "input"), self.as_channels_last(args[1], "weight"), *args[2:])
         if target is aten.convolution.default and isinstance(args[2], TensorArg) and not kwargs:
             return self._convolution_then_bias(args)
         try:
@@ -427,7 +427,7 @@ class GraphLowering(IRBuilder):
         out_meta = add(conv.meta, per_channel.meta)
         return self.lower_node(add, POINTWISE[add], (conv, per_channel), {}, out_meta, "a convolution's bias")
 
-    def _channels_last(self, x: Any, role: str) -> Any:
+    def as_channels_last(self, x: Any, role: str) -> Any:
         """``x``, the ``role`` of a convolution, as a channels-last tensor (layouts.py): itself,
         or a generated copy."""
         if not (isinstance(x, TensorArg) and layouts.needs_conversion(x.meta)):
