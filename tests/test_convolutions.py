@@ -177,6 +177,18 @@ def test_a_relu_before_a_pool_still_fuses() -> None:
     assert kernel_count() == 1
 
 
+def test_a_batch_norm_and_relu_before_a_strided_pool_still_fuse() -> None:
+    """ResNet's stem: the pool reads the normalized activation at 2.25 positions per element;
+    the per-channel scale is the same at each and not counted as recomputed."""
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1)).eval().to(torch.bfloat16)
+    x = torch.randn(2, 8, 12, 12, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        check_lowered(stem, x)
+    assert kernel_count() == 1
+    assert "positions" not in fusebackend.last_compiled().schedule
+
+
 def test_training_through_depthwise_and_squeeze_excitation() -> None:
     """Gradients as eager's; both as close to a float64 copy's as eager's are."""
     torch.manual_seed(0)

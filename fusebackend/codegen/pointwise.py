@@ -147,7 +147,8 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     Inductor's. Tiled ``[YBLOCK, XBLOCK]`` with x along the fastest dim, such a load is a
     ``[1, XBLOCK]`` block, and Triton computes what depends on it alone at that shape: once per
     column of the tile, not once per element. Taken where at least two loads are per-column
-    (one bias add gains nothing; two positions of one tensor count as two) and blocks divide both extents (``runtime.column_tile_config``).
+    (one bias add gains nothing; two positions of one tensor count as two) and blocks divide
+    both extents (``runtime.column_tile_config``).
 
     A window over a channels-last tensor (a depthwise convolution: its weights are per-column
     loads, ``kh * kw`` of them) gains most: each of its ``kh * kw`` positions needs its row's
@@ -160,15 +161,15 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
         return None
     buf, dims = out
     inner = dims[-1]
-    per_column = sorted({(b.name, str(off)) for b, off in body.load_offsets
-                         if X in off.free_symbols and _step(off, 1) != 0 and _step(off, inner) == 0})
-    if len(per_column) < 2:
-        return None
-    offsets: dict[str, set[sympy.Expr]] = {}
+    offsets: dict[str, set[sympy.Expr]] = {}  # each loaded tensor's offsets that move with x
     for b, off in body.load_offsets:
         if X in off.free_symbols:
             offsets.setdefault(b.name, set()).add(off)
-    window = max(len(v) for v in offsets.values())
+    per_column = sorted((name, str(off)) for name, offs in offsets.items() for off in offs
+                        if _step(off, 1) != 0 and _step(off, inner) == 0)
+    if len(per_column) < 2:
+        return None
+    window = max(len(offs) for offs in offsets.values())
     launch = runtime.column_tile_config(buf.numel // inner, inner, window)
     if launch is None:
         return None

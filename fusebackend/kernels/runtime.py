@@ -336,6 +336,9 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
     return {**blocks, "num_warps": 4}
 
 
+WINDOW_TILES = 4  # from this many positions of one tensor, column_tile_config's window blocks
+
+
 def column_tile_config(rows: int, inner: int, window: int = 1) -> dict[str, int] | None:
     """Blocks for a column-tiled pointwise kernel (``codegen/pointwise.column_tile``): ``rows``
     rows of ``inner`` contiguous elements, each block dividing its extent (no masks). None where
@@ -360,9 +363,6 @@ def column_tile_config(rows: int, inner: int, window: int = 1) -> dict[str, int]
         return None
     blocks = {"XBLOCK": xblock, "YBLOCK": yblock}
     return blocks if use_interpreter() else {**blocks, "num_warps": 4}
-
-
-WINDOW_TILES = 4
 
 
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:

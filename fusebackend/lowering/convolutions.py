@@ -49,7 +49,7 @@ from fusebackend.lowering import layouts
 from fusebackend.ir import Expr, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite
-from fusebackend.lowering.windows import masked, ranges_of, spatial_load, taps, total, windows_of
+from fusebackend.lowering.windows import expand, masked, ranges_of, spatial_load, taps, total, windows_of
 
 aten = torch.ops.aten
 
@@ -75,13 +75,9 @@ def convolution(b: GraphLowering, input: TensorArg, weight: TensorArg, bias: Ten
     if groups > 1 and groups == channels and weight.sizes[1] == 1 and out_channels % groups == 0:
         return _depthwise(b, input, weight, bias, nd, stride, padding, dilation)
     if groups == 1 and all(s == 1 for s in input.sizes[2:]) and all(k == 1 for k in weight.sizes[2:]) \
-            and all(p == 0 for p in _ints(padding)):
+            and all(p == 0 for p in expand(padding, nd, "padding")):
         return _point_product(b, input, weight, bias)
     raise Unsupported("a convolution for cuDNN")
-
-
-def _ints(value: Any) -> list[int]:
-    return [value] if isinstance(value, int) else list(value)
 
 
 def _depthwise(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorArg | None, nd: int, stride: Any,
@@ -102,8 +98,6 @@ def _depthwise(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorAr
         if runtime.column_tile_config(rows, meta.shape[1], positions) is None:
             raise Unsupported(f"a depthwise convolution of {meta.shape[1]} channels x {rows} positions: no tiles")
         x = b.as_channels_last(x, "input")
-        meta = aten.convolution.default(x.meta, weight.meta, None if bias is None else bias.meta, stride, padding,
-                                        dilation, False, [0] * nd, x.sizes[1])
         meta = layouts.result_layout(aten.convolution.default, (x.meta, weight.meta), meta, b.device)
     multiplier = weight.sizes[0] // x.sizes[1]
     acc = ir.compute_dtype(x.dtype)

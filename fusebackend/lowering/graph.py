@@ -360,10 +360,7 @@ class GraphLowering(IRBuilder):
                 out_meta = layouts.pointwise_layout(out_meta, tensors)
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
             if target in COMPOSITE and target not in OWN_FIRST:
-                self.out_meta, self.origin = out_meta, str(target)
-                result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
-                _check_matches(result, out_meta)
-                return result
+                return self._composite(target, args, kwargs, out_meta)
         except Exception as exc:  # declined (Unsupported) or a bug: this op alone is an ATen call
             del self.nodes[mark:]  # a lowering that fails leaves nothing behind
             if not isinstance(exc, Unsupported):
@@ -372,18 +369,22 @@ class GraphLowering(IRBuilder):
             return self.extern(target, args, kwargs, out_meta, reason=str(exc))
         return self.extern(target, args, kwargs, out_meta)
 
+    def _composite(self, target: Any, args: Any, kwargs: Any, out_meta: Any) -> Any:
+        """``target``'s composite lowering on these arguments, checked against ``out_meta``."""
+        self.out_meta, self.origin = out_meta, str(target)
+        result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
+        _check_matches(result, out_meta)
+        return result
+
     def _own_lowering(self, target: Any, args: Any, kwargs: Any) -> Any:
         """``target``'s composite lowering, tried before the ATen call's own preparations (an
-        input made channels-last for cuDNN): its result, or None where it declines."""
+        input made channels-last for cuDNN): its result, or None where it declines (or fails,
+        with the same warning as any lowering)."""
         if target not in COMPOSITE:
             return None
         mark = len(self.nodes)
         try:
-            out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
-            self.out_meta, self.origin = out_meta, str(target)
-            result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
-            _check_matches(result, out_meta)
-            return result
+            return self._composite(target, args, kwargs, target(*self._to_meta(args), **self._to_meta(kwargs)))
         except Exception as exc:
             del self.nodes[mark:]
             if not isinstance(exc, Unsupported):

@@ -136,12 +136,14 @@ def graph_floor(graph: ir.IRGraph, readers: Mapping[str, set[str]]) -> int:
 # The arithmetic a fusion may add per byte of memory traffic it saves. A kernel evaluates a
 # pointwise producer of its own wherever it loads it: a consumer that reads it at K positions (a
 # window: a depthwise convolution, a pool, an upsampling) computes it K times per element of its
-# own. An H100 or H200 issues about ten operations in the time it moves a byte, so past this
-# many extra operations per byte saved the fused kernel is bound by its arithmetic where the two
-# kernels apart were bound by memory. MobileNetV3's batch norm and hard-swish (about 20
-# operations an element) read by a 5x5 depthwise convolution at 25 positions adds about 120
-# operations per byte saved; ReLU before a pool, or a batch norm and ReLU before ResNet's 3x3
-# max pool of stride 2 (2.25 reads per element), adds under 4.
+# own, all but what the positions share (a per-channel scale is the same at each of them, and
+# computed once). An H100 or H200 issues about ten operations in the time it moves a byte, so
+# past this many extra operations per byte saved the fused kernel is bound by its arithmetic
+# where the two kernels apart were bound by memory. MobileNetV3's batch norm and hard-swish
+# before a 3x3 depthwise convolution of stride 1, in bf16, would add 30 per byte saved (15
+# operations at each of 8 more positions, against 4 bytes an element); before a 5x5 one, 90. A
+# batch norm and ReLU before ResNet's 3x3 max pool of stride 2 (2.25 reads an element) add
+# fewer than 8, and still fuse.
 OPS_PER_BYTE_SAVED = 8
 
 # The most positions a node of a reduction's kernel may read one tensor at. A reduction kernel
@@ -155,48 +157,75 @@ OPS_PER_BYTE_SAVED = 8
 MAX_WINDOW_IN_REDUCTION = 8
 
 
+def positions_read(node: ir.Node) -> dict[str, int]:
+    """For each buffer ``node`` loads directly (not through a gather): at how many distinct
+    indices it does (more than one: a window)."""
+    seen: dict[str, set[tuple[ir.View, tuple]]] = {}
+    for ld in ir.node_loads(node):
+        if isinstance(ld, ir.Load):
+            seen.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
+    return {name: len(indices) for name, indices in seen.items()}
+
+
 def window_recompute(nodes: Iterable[ir.Node]) -> str | None:
     """Why one kernel of ``nodes`` would compute a producer too many times over (see
-    ``OPS_PER_BYTE_SAVED``), or None."""
+    ``OPS_PER_BYTE_SAVED``), or a window in a reduction's kernel (``MAX_WINDOW_IN_REDUCTION``);
+    None where neither."""
     nodes = list(nodes)
     pointwise = {n.name: n for n in nodes if isinstance(n, ir.Pointwise)}
     if not pointwise:
         return None
     if any(isinstance(n, (ir.Reduction, ir.Scan)) for n in nodes):
         for node in pointwise.values():
-            counts: dict[str, set[tuple[ir.View, tuple]]] = {}
-            for ld in ir.loads(node.body):
-                if isinstance(ld, ir.Load):
-                    counts.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
-            widest = max((len(v) for v in counts.values()), default=0)
+            widest = max(positions_read(node).values(), default=0)
             if widest > MAX_WINDOW_IN_REDUCTION:
                 return (f"{node.name} reads a tensor at {widest} positions: a window stays out of reduction kernels "
                         f"(most {MAX_WINDOW_IN_REDUCTION})")
-    ops: dict[str, int] = {}
-
-    def cost(name: str) -> int:  # operations per element of a pointwise node, its in-kernel producers included
-        if name not in ops:
-            body = pointwise[name].body
-            own = sum(isinstance(e, ir.Op) for e in ir.walk(body))
-            ops[name] = own + sum(cost(ld.view.buffer.name) for ld in ir.loads(body)
-                                  if isinstance(ld, ir.Load) and ld.view.buffer.name in pointwise)
-        return ops[name]
-
     for node in nodes:
-        if isinstance(node, ir.Extern) or isinstance(node, ir.Scatter):
+        if not isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             continue
-        positions: dict[str, set[tuple[ir.View, tuple]]] = {}
-        for ld in ir.node_loads(node):
-            if isinstance(ld, ir.Load) and ld.view.buffer.name in pointwise:
-                positions.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
         evaluations = node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1)
-        for name, seen in positions.items():
-            if len(seen) < 2:
+        for name, count in positions_read(node).items():
+            if count < 2 or name not in pointwise:
                 continue
             producer = pointwise[name].buffer
-            extra = (len(seen) * evaluations - producer.numel) * cost(name)
+            ops = _varying_ops(pointwise[name], pointwise)
+            extra = (count * evaluations - producer.numel) * ops
             saved = 2 * producer.numel * producer.dtype.itemsize  # its write and its read
             if extra > OPS_PER_BYTE_SAVED * saved:
-                return (f"{node.name} reads {name} at {len(seen)} positions: {cost(name)} operations an element "
+                return (f"{node.name} reads {name} at {count} positions: {ops} operations an element "
                         f"recomputed, {extra / max(saved, 1):.0f} per byte saved (most {OPS_PER_BYTE_SAVED})")
     return None
+
+
+def _varying_ops(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) -> int:
+    """The distinct operations of ``producer``, through its in-kernel producers, that depend on
+    a value of its own size: those a window computes again at each position. A value read from
+    a smaller tensor (a per-channel one, or an in-kernel node of fewer elements) is the same at
+    every position, and is computed once."""
+    size = producer.buffer.numel
+    varying: set[ir.Op] = set()
+    memo: dict[int, bool] = {}
+
+    def visit(e: ir.Expr) -> bool:
+        if id(e) in memo:
+            return memo[id(e)]
+        if isinstance(e, ir.Load):
+            inner = pointwise.get(e.view.buffer.name)
+            if inner is not None:
+                out = inner.buffer.numel >= size and visit(inner.body)
+            else:
+                out = e.view.distinct_elements() >= size
+        elif isinstance(e, ir.IndirectLoad):
+            out = True
+        elif isinstance(e, ir.Op):
+            out = any([visit(a) for a in e.args])
+            if out:
+                varying.add(e)
+        else:
+            out = False
+        memo[id(e)] = out
+        return out
+
+    visit(producer.body)
+    return len(varying)

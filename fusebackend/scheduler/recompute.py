@@ -43,6 +43,7 @@ import dataclasses
 
 from fusebackend import ir
 from fusebackend.inlining import substitute, substitute_gathered
+from fusebackend.scheduler.cost_model import positions_read
 
 MAX_OPS = 24  # distinct ops of an expansion cheap enough to evaluate again in every reader
 
@@ -140,11 +141,7 @@ def _pins(graph: ir.IRGraph) -> _Pins:
             gathered |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
             # read at several positions by one node (a window): recomputed there, it would be
             # computed once per position (cost_model.window_recompute)
-            seen: dict[str, set[tuple[ir.View, tuple]]] = {}
-            for ld in ir.node_loads(node):
-                if isinstance(ld, ir.Load):
-                    seen.setdefault(ld.view.buffer.name, set()).add((ld.view, tuple(ld.index)))
-            pinned |= {name for name, positions in seen.items() if len(positions) > 1}
+            pinned |= {name for name, count in positions_read(node).items() if count > 1}
         if isinstance(node, ir.Scatter):
             # its target is the memory it writes into; and its expressions take no substitution
             pinned |= {v.buffer.name for v in node.reads()}
