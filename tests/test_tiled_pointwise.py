@@ -132,6 +132,31 @@ def test_one_per_column_load_stays_flat() -> None:
     assert "tiled" not in _source()
 
 
+def test_one_tensor_read_at_two_offsets_stays_flat() -> None:
+    # rotary embeddings' cos(cat([f, f])) over [positions, 2 * half]: one per-column tensor read at
+    # two offsets is not two per-column tensors (nothing is computed once per column), nor a window
+    pos, freq = torch.randn(64), torch.randn(16)
+
+    def fn(pos: torch.Tensor, freq: torch.Tensor) -> torch.Tensor:
+        angles = pos[:, None] * freq[None, :]
+        return torch.cat([angles, angles], dim=-1).cos()
+
+    check(fn, pos, freq)
+    assert kernel_count() == 1
+    assert "tiled" not in _source()
+
+
+def test_kernel_without_loads() -> None:
+    # a causal mask from two aranges: a 2-d output, no tensor read (no column tile to weigh)
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        r = torch.arange(16, dtype=x.dtype)
+        return (r[None, :] >= r[:, None]).to(x.dtype) * 3
+
+    check(fn, torch.randn(3))
+    assert kernel_count() == 1
+    assert "reads 0 B" in _source()
+
+
 def test_column_tiles_off() -> None:
     import fusebackend
 

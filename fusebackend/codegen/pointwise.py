@@ -146,13 +146,15 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     (H200, bf16, 51M elements, 2026-11-24) that work made the kernel 215 us against 121 us for
     Inductor's. Tiled ``[YBLOCK, XBLOCK]`` with x along the fastest dim, such a load is a
     ``[1, XBLOCK]`` block, and Triton computes what depends on it alone at that shape: once per
-    column of the tile, not once per element. Taken where at least two loads are per-column
-    (one bias add gains nothing; two positions of one tensor count as two) and blocks divide
-    both extents (``runtime.column_tile_config``).
+    column of the tile, not once per element. Taken where at least two tensors are read
+    per column (one bias add gains nothing, nor do the two halves of a concatenation reading one
+    tensor at two offsets), or one is and the kernel reads a window (below), and where blocks
+    divide both extents (``runtime.column_tile_config``).
 
     A window over a channels-last tensor (a depthwise convolution: its weights are per-column
     loads, ``kh * kw`` of them) gains most: each of its ``kh * kw`` positions needs its row's
-    spatial index, bounds and mask, which tiled are computed once per row of the block.
+    spatial index, bounds and mask, which tiled are computed once per row of the block. A window
+    is one tensor read at ``runtime.WINDOW_TILES`` positions or more.
     """
     if not config.column_tiles:
         return None
@@ -165,15 +167,15 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     for b, off in body.load_offsets:
         if X in off.free_symbols:
             offsets.setdefault(b.name, set()).add(off)
-    per_column = sorted((name, str(off)) for name, offs in offsets.items() for off in offs
-                        if _step(off, 1) != 0 and _step(off, inner) == 0)
-    if len(per_column) < 2:
+    per_column = sorted({name for name, offs in offsets.items() for off in offs
+                         if _step(off, 1) != 0 and _step(off, inner) == 0})
+    window = max((len(offs) for offs in offsets.values()), default=0)
+    if not per_column or (len(per_column) < 2 and window < runtime.WINDOW_TILES):
         return None
-    window = max(len(offs) for offs in offsets.values())
     launch = runtime.column_tile_config(buf.numel // inner, inner, window)
     if launch is None:
         return None
-    return Tile(1, buf.numel // inner, inner, launch, per_column[0][0], columns=True)
+    return Tile(1, buf.numel // inner, inner, launch, per_column[0], columns=True)
 
 
 def _output_dims(plan: KernelPlan) -> tuple[ir.Buffer, list[int]] | None:
