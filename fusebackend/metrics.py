@@ -2,7 +2,9 @@
 
 ``graphs_compiled``, ``kernels_generated``, ``fallbacks`` (ATen ops left as extern calls, by op
 name), ``eager_graphs`` (whole graphs run eagerly after a failure), ``cache_hits`` (compiled
-graphs and kernels found in a cache), ``stage_seconds`` (compile time per pipeline stage) and
+graphs and kernels found in a cache), ``stage_seconds`` (compile time per pipeline stage:
+``lower``, ``verify``, ``schedule``, ``codegen``, ``load``, and ``triton``, each kernel's first
+launch, where Triton compiles it or loads it from its cache; in the interpreter, its first run) and
 ``slow_launches`` (launches of compiled kernels that took Triton's own path, by why: a launch
 hook set, as profilers set one, or a pointer whose alignment changed; each costs several times a
 direct launch on the host) and ``layout_copies`` (ATen results that came back in another layout

@@ -159,6 +159,9 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
         assert f is not None and f.status == "ok" and f.eager_graphs == 0, f
         assert f.error is not None and f.error <= OUTPUT_TOL, f
         assert f.kernels and f.first_call_s and f.first_call_s > 0, f
+        # the first call by stage: fuse's own, Triton's first launches, and the rest of the call
+        assert {"lower", "schedule", "codegen", "triton", "other"} <= set(f.compile_stages), f
+        assert sum(f.compile_stages.values()) == pytest.approx(f.first_call_s, abs=0.01), f
         for v in row.variants:
             assert v.median_ms is not None and v.median_ms > 0, v
             assert v.round_ms == [v.median_ms], v  # one timing round on a CPU
@@ -173,6 +176,7 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
     assert saved["environment"]["modes"] == ["inference", "train"]
     assert all(v["host_ms"] > 0 for r in saved["rows"] for v in r["variants"])
     assert "| gpt2 | train |" in (tmp_path / "zoo_tiny.md").read_text()
+    assert "- gpt2 (train): lower " in (tmp_path / "zoo_tiny.md").read_text()
     assert (tmp_path / "zoo_tiny.png").read_bytes()[:8] == PNG_MAGIC
     assert "geomean speedup over eager, all: fuse" in capsys.readouterr().out
 

@@ -252,6 +252,17 @@ def summary(rows: Sequence["ZooRow"]) -> str:
     return "\n".join(lines)
 
 
+def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
+    """One line per row of fuse's first call split by stage (``VariantStats.compile_stages``)."""
+    out = []
+    for r in rows:
+        f = r.fuse
+        if f is not None and f.compile_stages:
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in f.compile_stages.items())
+            out.append(f"{r.model} ({r.mode}): {parts}")
+    return out
+
+
 def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     modes = ", ".join(env.get("modes") or sorted({r.mode for r in rows}))
     lines = [f"# Zoo: {modes}, {env['size']} size, {env['dtype']}", ""]
@@ -269,6 +280,9 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     text = summary(rows)
     if text:
         lines += [""] + [f"{t}  " for t in text.splitlines()]
+    stages = compile_stage_lines(rows)
+    if stages:
+        lines += ["", "## fuse's cold compile by stage (s)", ""] + [f"- {t}" for t in stages]
     notes = messages(rows)
     notes += [f"{r.model} ({r.mode}) {r.status}: {r.message}" for r in rows if r.status != "ok" and r.message]
     if notes:

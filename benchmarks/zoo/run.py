@@ -69,6 +69,9 @@ class VariantStats:
     median_ms: float | None = None  # the median over the timing rounds' medians
     round_ms: list[float] = dataclasses.field(default_factory=list)  # each round's median (run_model)
     first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
+    # fuse: the first call's seconds by stage (fusebackend.metrics.stage_seconds), and "other": the
+    # rest of the first call (Dynamo, AOTAutograd, the model's Python, the ATen calls)
+    compile_stages: dict[str, float] = dataclasses.field(default_factory=dict)
     speedup: float | None = None  # eager's time over this one
     host_ms: float | None = None  # the host's time per step (measure.host_time)
     gpu_ms: float | None = None  # the GPU's time per step with the host ahead; None on a CPU
@@ -126,6 +129,14 @@ class RunOptions:
     variants: tuple[str, ...]
     timing: TimingConfig
     timed: bool = True  # False (--no-timing): check only, report no times
+
+
+def compile_stages(stages: dict[str, float], first_call_s: float | None) -> dict[str, float]:
+    """fuse's stage seconds of a first call, with ``other``: the first call less those stages."""
+    out = {k: round(v, 3) for k, v in stages.items()}
+    if first_call_s is not None:
+        out["other"] = round(max(first_call_s - sum(stages.values()), 0.0), 3)
+    return out
 
 
 def _reset() -> None:
@@ -335,6 +346,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
+                stats.compile_stages = compile_stages(dict(m.stage_seconds), stats.first_call_s)
             if train:
                 stats.error = _train_error(out, expected)
             else:
