@@ -182,16 +182,14 @@ class Launcher:
     def _through_triton(self, stream: int | None, *args: Any) -> None:
         """Triton's own path: binds, specializes and compiles on the first call (and again for
         pointers of another alignment); the first call also builds the direct launch."""
-        if self.launch.get("debug") and use_interpreter():
-            with _interpreter_asserts():
-                self.kernel[self.grid](*args, **self.launch)
-            return
-        if self.first:
-            # Triton's compile (or its cache's load), then the launch; in the interpreter, the run
-            self.first = False
-            with metrics.timed("triton"):
-                compiled = self.kernel[self.grid](*args, **self.launch)
-        else:
+        # the first call: Triton's compile (or its cache's load) and the launch; in the interpreter, the run
+        first = metrics.timed("triton") if self.first else contextlib.nullcontext()
+        self.first = False
+        with first:
+            if self.launch.get("debug") and use_interpreter():
+                with _interpreter_asserts():
+                    self.kernel[self.grid](*args, **self.launch)
+                return
             compiled = self.kernel[self.grid](*args, **self.launch)
         if self.fast is None and not use_interpreter() and hasattr(compiled, "__getitem__"):
             direct = direct_launch(compiled, self.grid)
