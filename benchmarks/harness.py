@@ -476,12 +476,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def fresh_caches(enabled: bool) -> Iterator[str | None]:
-    """Point Inductor, Triton and fuse at empty cache folders for the duration of the run."""
+def fresh_caches(enabled: bool, root: str | None = None) -> Iterator[str | None]:
+    """Point Inductor, Triton and fuse at empty cache folders for the duration of the run; with
+    ``root``, at folders under it, kept after the run (a second run with the same root starts
+    warm: what the first compiled is in them)."""
     if not enabled:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="fuse-bench-cache-") as root:
+    with (contextlib.nullcontext(root) if root else tempfile.TemporaryDirectory(prefix="fuse-bench-cache-")) as root:
         saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "inductor")
         os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "triton")

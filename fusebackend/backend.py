@@ -102,7 +102,6 @@ class FusedGraph:
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
         fast = self.fast
         if fast is not None and fast[0].matches(args):
-            metrics.cache_hits += 1
             return fast[1].call(args)
         key = input_key(args)
         entry = self.cache.get(key)
@@ -114,8 +113,6 @@ class FusedGraph:
                 self.cache[key] = entry
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
                 entry = self._fall_back(key, "compiling", exc)
-        else:
-            metrics.cache_hits += 1
         check = entry.fast_check(args)  # before the call, which may clear args
         if entry.proven:
             self.fast = (check, entry) if check is not None else None
@@ -185,7 +182,7 @@ def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[.
 def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
     try:
-        with whole_ops():  # upsampling reaches the graphs as ops (decompositions.py)
+        with whole_ops(), metrics.timed("aot"):  # upsampling reaches the graphs as ops (decompositions.py)
             compiled = _aot_backend()(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)

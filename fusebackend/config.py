@@ -35,11 +35,20 @@ def _env_interpret() -> bool | None:
 class Config:
     # FUSE_DUMP_DIR: when set, every compiled graph writes a folder of dumps under it.
     dump_dir: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_DUMP_DIR", ""))
-    # FUSE_CACHE_DIR: where generated kernel modules are written (Triton imports kernels from files).
+    # FUSE_CACHE_DIR: where compiled graphs and generated kernel modules are written (Triton
+    # imports kernels from files); ``python -m fusebackend.cache`` shows and clears it.
     cache_dir: str = dataclasses.field(
         default_factory=lambda: _env_str(
             "FUSE_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "fusebackend")
         )
+    )
+    # FUSE_GRAPH_CACHE: 0 turns off the on-disk cache of compiled graphs (``cache.py``): every
+    # process lowers, schedules and generates each graph anew.
+    graph_cache: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_GRAPH_CACHE", 1) != 0)
+    # FUSE_COMPILE_THREADS: threads that compile a loaded graph's kernels to binaries at once
+    # (``runtime.precompile``); 0 or 1 compiles each kernel at its first launch instead.
+    compile_threads: int = dataclasses.field(
+        default_factory=lambda: _env_int("FUSE_COMPILE_THREADS", min(16, os.cpu_count() or 1))
     )
     # FUSE_INTERPRET: 1 runs kernels through Triton's interpreter on CPU tensors, 0 on the GPU,
     # auto (default) picks the interpreter when torch sees no CUDA device or TRITON_INTERPRET=1.

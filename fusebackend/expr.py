@@ -278,19 +278,38 @@ def affine_index(expr: Expr) -> sympy.Expr | None:
 
 
 def walk(expr: Expr) -> Iterator[Expr]:
-    yield expr
-    if isinstance(expr, Op):
-        for a in expr.args:
-            yield from walk(a)
-    elif isinstance(expr, IndirectLoad):
-        for _, position in expr.positions:
-            yield from walk(position)
-        if expr.valid is not None:
-            yield from walk(expr.valid)
+    """Every expression of the tree, parents before their arguments, arguments left to right.
+
+    With a stack rather than nested generators: the scheduler walks bodies often, and a deep
+    fused body would otherwise pass each value up through one generator per level."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        yield e
+        if isinstance(e, Op):
+            stack.extend(reversed(e.args))
+        elif isinstance(e, IndirectLoad):
+            if e.valid is not None:
+                stack.append(e.valid)
+            stack.extend(reversed([position for _, position in e.positions]))
 
 
 def loads(expr: Expr) -> list[Load | IndirectLoad]:
-    return [e for e in walk(expr) if isinstance(e, (Load, IndirectLoad))]
+    """The loads of ``expr``, in ``walk``'s order."""
+    out: list[Load | IndirectLoad] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Op):
+            stack.extend(reversed(e.args))
+        elif isinstance(e, Load):
+            out.append(e)
+        elif isinstance(e, IndirectLoad):
+            out.append(e)
+            if e.valid is not None:
+                stack.append(e.valid)
+            stack.extend(reversed([position for _, position in e.positions]))
+    return out
 
 
 def map_expr(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:

@@ -157,9 +157,20 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
 
 def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     """Remove FloorDiv/ModIdx that the ranges make redundant and fold div/mod pairs back."""
-    expr = sympy.sympify(expr)
+    if not isinstance(expr, sympy.Basic):
+        expr = sympy.sympify(expr)
     if expr.is_Integer or expr.is_Symbol:
         return expr
+    return _simplify(expr, tuple(ranges.items()))
+
+
+# The scheduler simplifies the same indices again for every pair of groups it checks, and codegen
+# for every position a window loads a producer at: a pure function of the expression and the
+# ranges, remembered. Sympy expressions are immutable and compare structurally, so an equal key
+# gives the expression computed the first time, which prints the same.
+@functools.lru_cache(maxsize=1 << 16)
+def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, int], ...]) -> sympy.Expr:
+    ranges = dict(range_items)
     args = [simplify(a, ranges) for a in expr.args]
     if isinstance(expr, FloorDiv):
         inner, d = args[0], int(args[1])
@@ -193,6 +204,21 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     if rebuilt.is_Add:
         rebuilt = _fold_div_mod(rebuilt, ranges)
     return rebuilt
+
+
+def simplify_at(expr: sympy.Expr, subst: Mapping[sympy.Symbol, sympy.Expr], ranges: Ranges) -> sympy.Expr:
+    """``simplify(expr.xreplace(subst), ranges)``, remembered: the scheduler's proofs that a
+    kernel's loads address the current row substitute the same producer indices for every
+    candidate fusion that holds the producer."""
+    if not isinstance(expr, sympy.Basic):
+        expr = sympy.sympify(expr)
+    return _simplify_at(expr, tuple(subst.items()), tuple(ranges.items()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _simplify_at(expr: sympy.Expr, subst_items: tuple[tuple[sympy.Symbol, sympy.Expr], ...],
+                 range_items: tuple[tuple[sympy.Symbol, int], ...]) -> sympy.Expr:
+    return simplify(expr.xreplace(dict(subst_items)), dict(range_items))
 
 
 def _split_small(expr: sympy.Expr, d: int, ranges: Ranges) -> tuple[sympy.Expr, sympy.Expr, int] | None:
@@ -265,6 +291,14 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
 
 def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) -> sympy.Expr:
     """The storage offset of a strided access."""
+    return _ravel(tuple(index), tuple(strides), offset)
+
+
+# Codegen ravels a producer's index again at every position a window loads it from, and at
+# every candidate kernel the scheduler proves: sympy's arithmetic is the cost, the result the
+# same for the same operands.
+@functools.lru_cache(maxsize=1 << 16)
+def _ravel(index: tuple[sympy.Expr, ...], strides: tuple[int, ...], offset: int) -> sympy.Expr:
     total: sympy.Expr = sympy.Integer(offset)
     for i, s in zip(index, strides):
         total += sympy.Integer(s) * i
@@ -365,4 +399,11 @@ def block_aligned(expr: sympy.Expr, blocks: Mapping[sympy.Symbol, tuple[int, sym
 
 
 def pexpr(expr: sympy.Expr) -> str:
+    return _pexpr(type(expr), expr)
+
+
+# Codegen prints each index of a kernel several times (its offset, its mask, a comment); the
+# text depends on the expression alone. The type is part of the key: ``True == 1`` in Python.
+@functools.lru_cache(maxsize=1 << 16)
+def _pexpr(kind: type, expr: sympy.Expr) -> str:
     return IndexPrinter().doprint(expr)

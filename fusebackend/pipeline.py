@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Callable, Sequence
 
 import torch
 
-from fusebackend import checking, codegen, dump, ir, lowering, metrics, scheduler
+from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler
 from fusebackend.config import config, use_interpreter
 from fusebackend.kernels import runtime
 
@@ -21,8 +22,25 @@ class CompiledGraph:
 def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
                   user_outputs: int | None = None) -> CompiledGraph:
     """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints); the first
-    ``user_outputs`` outputs (all where None) are the user's, in eager's layouts."""
+    ``user_outputs`` outputs (all where None) are the user's, in eager's layouts. A graph compiled
+    before, by this process or another, is loaded from the on-disk cache (``cache.py``)."""
     seconds: dict[str, float] = {}
+    with metrics.timed("cache", seconds):  # the key, and the entry under it if there is one
+        key = cache.key_or_none(gm, args, user_outputs) if config.graph_cache else None
+        entry = cache.load(key) if key is not None else None
+    if entry is not None:
+        try:
+            compiled = _ready(entry, gm, name, seconds)
+        except Exception as exc:  # an entry that reads but does not load: compiled again
+            cache.report_corrupt(cache.entry_path(key), exc)
+        else:
+            metrics.cache_hits += 1
+            metrics.fallbacks.update(entry.fallbacks)
+            metrics.warm_stage_seconds.update(seconds)
+            return compiled
+    fallbacks_before = collections.Counter(metrics.fallbacks)
+    # the processes that compile kernels start (importing Triton) while this graph is lowered
+    runtime.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
     with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
         graph, moved = lowering.lower(gm, args, name, user_outputs)
     _check_device(graph.device)
@@ -33,24 +51,58 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
     with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
         kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device))
         wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)
+    dtypes = _buffer_dtypes(graph)
+    entry = cache.Entry(
+        name=name,
+        device=str(graph.device),
+        wrapper=wrapper.source,
+        constants=wrapper.constants,
+        kernels=[cache.KernelRecord(k.name, k.source, k.grid, k.launch, tuple(dtypes[a] for a in k.args), k.sizes)
+                 for k in kernels],
+        texts={"aten_graph": gm.code, "ir": str(graph), "fused_ir": _fused_ir(sched, kernels),
+               "schedule": sched.report()},
+        fallbacks=dict(metrics.fallbacks - fallbacks_before),
+        fx_values=dict(graph.fx_values),
+    )
+    if key is not None:
+        metrics.cache_misses += 1
+        with metrics.timed("store", seconds):  # the entry written for other processes
+            cache.store(key, entry)
+    compiled = _ready(entry, gm, name, seconds)
+    metrics.cold_stage_seconds.update(seconds)
+    return compiled
+
+
+def _ready(entry: cache.Entry, gm: torch.fx.GraphModule, name: str, seconds: dict[str, float]) -> CompiledGraph:
+    """Load a compiled graph (just compiled, or from the cache) and record its artifacts."""
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
-        call = _load(wrapper, kernels, name)
+        call, launchers = _load(entry, name)
+    with metrics.timed("triton", seconds):  # kernels to binaries, several at once, before their first launches
+        runtime.precompile(launchers, torch.device(entry.device))
     if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
-        call.__globals__["observe"] = checking.Observer(gm, name, graph.fx_values)
+        call.__globals__["observe"] = checking.Observer(gm, name, entry.fx_values)
     metrics.graphs_compiled += 1
-    metrics.kernels_generated += len(kernels)
+    metrics.kernels_generated += len(entry.kernels)
     artifacts = dump.CompiledArtifacts(
         name=name,
-        aten_graph=gm.code,
-        ir=str(graph),
-        fused_ir=_fused_ir(sched, kernels),
-        schedule=sched.report(),
-        kernels={k.name: k.source for k in kernels},
-        wrapper=wrapper.source,
+        aten_graph=entry.texts["aten_graph"],
+        ir=entry.texts["ir"],
+        fused_ir=entry.texts["fused_ir"],
+        schedule=entry.texts["schedule"],
+        kernels={k.name: k.source for k in entry.kernels},
+        wrapper=entry.wrapper,
         stage_seconds=seconds,
     )
     dump.record(artifacts)
     return CompiledGraph(call, artifacts)
+
+
+def _buffer_dtypes(graph: ir.IRGraph) -> dict[str, torch.dtype]:
+    """Each buffer's dtype by name: what a kernel's pointer arguments point to."""
+    dtypes = {b.name: b.dtype for b in graph.input_buffers()}
+    for node in graph.nodes:
+        dtypes.update((b.name, b.dtype) for b in ir.written_buffers(node))
+    return dtypes
 
 
 def _check_device(device: torch.device) -> None:
@@ -64,14 +116,19 @@ def _check_device(device: torch.device) -> None:
     )
 
 
-def _load(wrapper: codegen.WrapperSource, kernels: list[codegen.KernelSource], name: str) -> Callable:
-    module = runtime.load_module(wrapper.source, f"wrapper_{name}", shared=False)
-    for k in kernels:
+def _load(entry: cache.Entry, name: str) -> tuple[Callable, list]:
+    """The wrapper's ``call`` with its kernels bound, and what ``runtime.precompile`` takes."""
+    module = runtime.load_module(entry.wrapper, f"wrapper_{name}", shared=False)
+    launchers = []
+    for k in entry.kernels:
         kernel = runtime.load_kernel(k.name, k.source)
-        setattr(module, k.name, runtime.Launcher(kernel, k.grid, k.launch, vars(module), k.name))
-    for cname, value in wrapper.constants.items():
+        launcher = runtime.Launcher(kernel, k.grid, k.launch, vars(module), k.name)
+        setattr(module, k.name, launcher)
+        if k.grid:
+            launchers.append((launcher, k.arg_dtypes, k.sizes))
+    for cname, value in entry.constants.items():
         setattr(module, cname, value)
-    return module.call
+    return module.call, launchers
 
 
 def _fused_ir(sched: scheduler.Schedule, kernels: list[codegen.KernelSource]) -> str:

@@ -1,4 +1,5 @@
-"""Test set-up: kernels are written to a per-session cache folder; each test starts clean."""
+"""Test set-up: each test starts clean, with a cache folder of its own (compiled graphs and kernel
+modules), so that no test loads what another compiled; ``tests/test_cache.py`` tests the cache."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ if os.environ.get("FUSE_TEST_DEVICE", "cpu") != "cpu":
 
 
 @pytest.fixture(autouse=True)
-def _fresh_state():
+def _fresh_state(tmp_path_factory: pytest.TempPathFactory):
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     fusebackend.dump.clear()
     torch.manual_seed(0)
-    yield
+    with fusebackend.config.patch(cache_dir=str(tmp_path_factory.mktemp("fuse-cache"))):
+        yield
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

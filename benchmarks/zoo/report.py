@@ -259,7 +259,8 @@ def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
         f = r.fuse
         if f is not None and f.compile_stages:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in f.compile_stages.items())
-            out.append(f"{r.model} ({r.mode}): {parts}")
+            graphs = "" if f.cache_hits is None else f" ({f.cache_hits} graphs from the cache, {f.cache_misses} compiled)"
+            out.append(f"{r.model} ({r.mode}): {parts}{graphs}")
     return out
 
 
@@ -268,7 +269,7 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     lines = [f"# Zoo: {modes}, {env['size']} size, {env['dtype']}", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     lines += ["", "Times in ms (speedup over eager); host ms: the host's time per step; cold compile s: compile and "
-              "one run (the run starts with empty cache folders unless --keep-caches); peak MiB: the most device memory allocated during one step, "
+              "one run (the run starts with empty cache folders unless --keep-caches or --cache-dir: see caches above); peak MiB: the most device memory allocated during one step, "
               "weights and inputs included; launches: GPU kernels per step (copies and fills left out). "
               "e/i/f: eager / Inductor / fuse. Errors are max |out - eager| / max |eager| over the outputs "
               "(training: the loss, and gradients over the largest eager gradient).", ""]
@@ -282,7 +283,10 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
         lines += [""] + [f"{t}  " for t in text.splitlines()]
     stages = compile_stage_lines(rows)
     if stages:
-        lines += ["", "## fuse's cold compile by stage (s)", ""] + [f"- {t}" for t in stages]
+        lines += ["", "## fuse's first call by stage (s)", "",
+                  "dynamo: Dynamo's tracing; aot: AOTAutograd's; cache: the key and the lookup; store: the entry "
+                  "written; triton: Triton's compile (or its cache's load) of the kernels; other: the rest of the "
+                  "first call (the model's Python, the ATen calls, the run).", ""] + [f"- {t}" for t in stages]
     notes = messages(rows)
     notes += [f"{r.model} ({r.mode}) {r.status}: {r.message}" for r in rows if r.status != "ok" and r.message]
     if notes:

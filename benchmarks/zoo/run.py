@@ -69,9 +69,11 @@ class VariantStats:
     median_ms: float | None = None  # the median over the timing rounds' medians
     round_ms: list[float] = dataclasses.field(default_factory=list)  # each round's median (run_model)
     first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
-    # fuse: the first call's seconds by stage (fusebackend.metrics.stage_seconds), and "other": the
-    # rest of the first call (Dynamo, AOTAutograd, the model's Python, the ATen calls)
+    # fuse: the first call's seconds by stage (fusebackend.metrics.stage_seconds: dynamo, aot, cache,
+    # lower, ..., triton), and "other": the rest of the first call (the model's Python, the ATen calls)
     compile_stages: dict[str, float] = dataclasses.field(default_factory=dict)
+    cache_hits: int | None = None  # fuse: graphs of the first call loaded from its on-disk cache
+    cache_misses: int | None = None  # fuse: graphs of the first call compiled (and stored)
     speedup: float | None = None  # eager's time over this one
     host_ms: float | None = None  # the host's time per step (measure.host_time)
     gpu_ms: float | None = None  # the GPU's time per step with the host ahead; None on a CPU
@@ -346,7 +348,9 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
+                m.collect_dynamo()
                 stats.compile_stages = compile_stages(dict(m.stage_seconds), stats.first_call_s)
+                stats.cache_hits, stats.cache_misses = m.cache_hits, m.cache_misses
             if train:
                 stats.error = _train_error(out, expected)
             else:
@@ -391,6 +395,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chart-from", default=None, metavar="JSON[,JSON...]",
                         help="run nothing: print the table and summary of saved zoo JSON files (several are "
                              "merged) and write their chart to --out")
+    parser.add_argument("--cache-dir", default=None, metavar="DIR",
+                        help="Inductor's, Triton's and fuse's cache folders under DIR, kept: a first run with an empty DIR "
+                             "measures cold compiles, a second run with the same DIR warm ones")
     parser.add_argument("--keep-caches", action="store_true",
                         help="use the usual Inductor/Triton/fuse cache folders instead of fresh ones")
     parser.add_argument("--warmup-ms", type=float, default=25.0, help="GPU: do_bench warm-up budget (ms)")
@@ -499,7 +506,11 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
               "--mode train trains any", flush=True)
     rows: list[ZooRow] = []
     paths: list[str] = []
-    with fresh_caches(not args.keep_caches), fusebackend.config.patch(interpret=options.device.type == "cpu"):
+    if args.cache_dir:
+        env["caches"] = (f"kept under {args.cache_dir}: "
+                         + ("warm (filled by an earlier run)" if os.path.isdir(args.cache_dir) and os.listdir(args.cache_dir)
+                            else "cold (empty at the start)"))
+    with fresh_caches(not args.keep_caches, args.cache_dir), fusebackend.config.patch(interpret=options.device.type == "cpu"):
         with tqdm(items, unit="model", dynamic_ncols=True) as bar:
             for k, (model, item_mode) in enumerate(bar, 1):
                 bar.set_description(f"{model} ({item_mode})")

@@ -83,6 +83,7 @@ class KernelBody:
         # index -> (block size, symbol of the block's start): see align_blocks
         self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
         self.lanes: tuple[sympy.Symbol, int] | None = None  # see align_blocks
+        self._inlined_bodies: dict[tuple, ir.Expr] = {}  # see _inlined
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -390,9 +391,15 @@ class KernelBody:
         if isinstance(producer, ir.Reduction):
             # the scheduler proved every in-kernel load of a reduction addresses the current row
             return self.row_values[producer.name]
-        pidx = producer_index(producer, view, [indexing.simplify(i, self.ranges) for i in idx], self.ranges)
-        pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
-        return ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
+        # A producer is loaded at the same element again by each consumer that reads it there
+        # (and by each of a window's consumers that overlap): its body is substituted once.
+        key = (producer.name, view, tuple(idx), tuple(self.ranges.items()))
+        body = self._inlined_bodies.get(key)
+        if body is None:
+            pidx = producer_index(producer, view, [indexing.simplify(i, self.ranges) for i in idx], self.ranges)
+            pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
+            body = self._inlined_bodies[key] = ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
+        return body
 
     def resolve(self, load: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Expr | None:
         """The IR expression a load of an in-kernel buffer stands for (indices substituted)."""

@@ -27,7 +27,7 @@ floor of a graph is each graph input it reads, read once, plus each output, writ
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from fusebackend import ir
 
@@ -38,7 +38,15 @@ SMALL_KERNEL_BYTES = 1 << 20
 
 
 class TrafficModel:
-    """Who reads each buffer, so that a group's traffic can be computed from its node names."""
+    """Who reads each buffer, so that a group's traffic can be computed from its node names.
+
+    Fusion asks for the traffic of a new union of groups at every candidate it scores, and
+    the same node's loads would be walked again for each: what a node reads (each view once,
+    with the elements it touches), what it writes and who reads that, and the positions it
+    reads each buffer at are taken from its body once, the first time they are asked for, and
+    kept for the model's graph, whose nodes do not change. A union's traffic then adds up
+    those per-node records, in time proportional to the group's nodes.
+    """
 
     def __init__(self, graph: ir.IRGraph) -> None:
         self.readers: dict[str, set[str]] = {}
@@ -52,45 +60,81 @@ class TrafficModel:
                 self.written_by[buf.name] = node.name
         self.graph_outputs = graph.results()
         self._memo: dict[frozenset[str], tuple[int, int]] = {}
+        self._stored: dict[frozenset[str], list[ir.Buffer]] = {}
+        # per node: (view key, elements read through it) for each access (``_accesses``)
+        self._access: dict[str, list[tuple[int, int]]] = {}
+        self._views: dict[ir.View, int] = {}  # a small key per distinct view, hashed once
+        self._view_buffer: list[ir.Buffer] = []  # view key -> its buffer
+        self._positions: dict[str, dict[str, int]] = {}
 
     def stored(self, names: Iterable[str]) -> list[ir.Buffer]:
         """Buffers the group writes that must reach memory."""
-        group = set(names)
+        group = frozenset(names)
+        out = self._stored.get(group)
+        if out is None:
+            out = []
+            for name in sorted(group, key=self.position.__getitem__):  # graph order, not the set's
+                for buf in ir.written_buffers(self.nodes[name]):
+                    outside = self.readers.get(buf.name, set()) - group
+                    if outside or buf.name in self.graph_outputs:
+                        out.append(buf)
+            self._stored[group] = out
+        return list(out)
+
+    def _accesses(self, name: str) -> list[tuple[int, int]]:
+        """What node ``name`` reads: (view key, elements read through the view) per access."""
+        out = self._access.get(name)
+        if out is not None:
+            return out
+        node = self.nodes[name]
+        if isinstance(node, ir.Extern):
+            accesses = [(v, v.distinct_elements()) for v in node.reads()]
+        else:
+            # a gather reads one element per evaluation of its body (of a scatter: per value)
+            per = node.numel if isinstance(node, ir.Scatter) else _evaluations(node)
+            accesses = [
+                (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, per))
+                for ld in ir.node_loads(node)
+            ]
         out = []
-        for name in sorted(group, key=self.position.__getitem__):  # graph order, not the set's
-            for buf in ir.written_buffers(self.nodes[name]):
-                outside = self.readers.get(buf.name, set()) - group
-                if outside or buf.name in self.graph_outputs:
-                    out.append(buf)
+        for view, count in accesses:
+            key = self._views.get(view)
+            if key is None:
+                key = self._views[view] = len(self._view_buffer)
+                self._view_buffer.append(view.buffer)
+            out.append((key, count))
+        self._access[name] = out
         return out
 
     def reads(self, names: Iterable[str]) -> dict[str, int]:
         """External buffers the group reads, with the bytes read from each."""
         group = set(names)
-        per_view: dict[ir.View, int] = {}  # elements read through each view: its largest access
+        per_view: dict[int, int] = {}  # elements read through each view: its largest access
+        written_by, view_buffer = self.written_by, self._view_buffer
         for name in group:
-            node = self.nodes[name]
-            if isinstance(node, ir.Extern):
-                accesses = [(v, v.distinct_elements()) for v in node.reads()]
-            else:
-                # a gather reads one element per evaluation of its body (of a scatter: per value)
-                per = node.numel if isinstance(node, ir.Scatter) else _evaluations(node)
-                accesses = [
-                    (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, per))
-                    for ld in ir.node_loads(node)
-                ]
-            for view, count in accesses:
-                if self.written_by.get(view.buffer.name) not in group:
+            for key, count in self._accesses(name):
+                if written_by.get(view_buffer[key].name) not in group:
                     # a view both loaded whole and gathered (a log-softmax computed at the
                     # gathered positions, next to its row maximum) is read whole, whichever
                     # node the loop meets first
-                    per_view[view] = max(per_view.get(view, 0), count)
+                    if count > per_view.get(key, -1):
+                        per_view[key] = count
         elements: dict[str, int] = {}
         buffers: dict[str, ir.Buffer] = {}
-        for view, count in sorted(per_view.items(), key=lambda vc: vc[0].buffer.name):
-            buffers[view.buffer.name] = view.buffer
-            elements[view.buffer.name] = elements.get(view.buffer.name, 0) + count
-        return {k: min(n, buffers[k].numel) * buffers[k].dtype.itemsize for k, n in elements.items()}
+        for key, count in per_view.items():
+            buf = view_buffer[key]
+            buffers[buf.name] = buf
+            elements[buf.name] = elements.get(buf.name, 0) + count
+        return {k: min(elements[k], buffers[k].numel) * buffers[k].dtype.itemsize for k in sorted(elements)}
+
+    def positions_read(self, node: ir.Node) -> dict[str, int]:
+        """``positions_read(node)`` for a node of the model's graph, computed once."""
+        if self.nodes.get(node.name) is not node:  # not one of the graph's nodes: nothing kept
+            return positions_read(node)
+        out = self._positions.get(node.name)
+        if out is None:
+            out = self._positions[node.name] = positions_read(node)
+        return out
 
     def traffic(self, names: Iterable[str]) -> tuple[int, int]:
         """(bytes read, bytes written) by a group of nodes run as one kernel."""
@@ -167,17 +211,19 @@ def positions_read(node: ir.Node) -> dict[str, int]:
     return {name: len(indices) for name, indices in seen.items()}
 
 
-def window_recompute(nodes: Iterable[ir.Node]) -> str | None:
+def window_recompute(nodes: Iterable[ir.Node],
+                     positions: Callable[[ir.Node], dict[str, int]] = positions_read) -> str | None:
     """Why one kernel of ``nodes`` would compute a producer too many times over (see
     ``OPS_PER_BYTE_SAVED``), or a window in a reduction's kernel (``MAX_WINDOW_IN_REDUCTION``);
-    None where neither."""
+    None where neither. ``positions``: ``positions_read``, or a model's copy that remembers it
+    per node (``TrafficModel.positions_read``)."""
     nodes = list(nodes)
     pointwise = {n.name: n for n in nodes if isinstance(n, ir.Pointwise)}
     if not pointwise:
         return None
     if any(isinstance(n, (ir.Reduction, ir.Scan)) for n in nodes):
         for node in pointwise.values():
-            widest = max(positions_read(node).values(), default=0)
+            widest = max(positions(node).values(), default=0)
             if widest > MAX_WINDOW_IN_REDUCTION:
                 return (f"{node.name} reads a tensor at {widest} positions: a window stays out of reduction kernels "
                         f"(most {MAX_WINDOW_IN_REDUCTION})")
@@ -185,7 +231,7 @@ def window_recompute(nodes: Iterable[ir.Node]) -> str | None:
         if not isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             continue
         evaluations = node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1)
-        for name, count in positions_read(node).items():
+        for name, count in positions(node).items():
             if count < 2 or name not in pointwise:
                 continue
             producer = pointwise[name].buffer

@@ -13,6 +13,7 @@ saves bytes. Every refusal is kept with its reason for the report. Last, small s
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import itertools
@@ -48,7 +49,12 @@ class Decision:
 
 
 class Groups:
-    """Union of nodes into groups, with the dependency edges between groups."""
+    """Union of nodes into groups, with the dependency edges between groups.
+
+    The edges between groups are kept up to date on each merge (``_gsucc``, ``_gpred``) rather
+    than gathered from the members' edges whenever they are asked for: reachability checks walk
+    them for every candidate fusion, and a group's members grow with each merge.
+    """
 
     def __init__(self, graph: ir.IRGraph) -> None:
         self.order = {n.name: k for k, n in enumerate(graph.nodes)}
@@ -71,25 +77,57 @@ class Groups:
                 self.succ[d].add(node.name)
                 self.pred[node.name].add(d)
             seen.append(node.name)
+        self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
+        self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
+        self._buffers_read: dict[str, list[str]] = {}
+        # buffer -> the groups that read it, in graph order, kept on merges: horizontal
+        # candidates pair a group with its nearest fellow readers, and a buffer that every
+        # layer reads (a shared weight, a mask) would otherwise be sorted again at each merge
+        self._owners: dict[str, list[str]] = {}
+        for node in graph.nodes:
+            for buf in dict.fromkeys(self.buffers_read(node.name)):
+                self._owners.setdefault(buf, []).append(node.name)
 
     def group_succ(self, g: str) -> set[str]:
-        return {self.group_of[s] for n in self.members[g] for s in self.succ[n]} - {g}
+        return set(self._gsucc[g])
 
     def group_pred(self, g: str) -> set[str]:
-        return {self.group_of[p] for n in self.members[g] for p in self.pred[n]} - {g}
+        return set(self._gpred[g])
+
+    def first(self, g: str) -> int:
+        """The graph position of the group's first node (members are kept in graph order)."""
+        return self.order[self.members[g][0]]
+
+    def buffers_read(self, name: str) -> list[str]:
+        """The names of the buffers node ``name`` reads, in the order its body loads them."""
+        out = self._buffers_read.get(name)
+        if out is None:
+            out = self._buffers_read[name] = [v.buffer.name for v in self.nodes[name].reads()]
+        return out
+
+    def owners(self, buf: str) -> list[str]:
+        """The groups that read ``buf``, in graph order (of each group's name, its first node)."""
+        return self._owners.get(buf, [])
+
+    def owner_index(self, owners: list[str], g: str) -> int:
+        """Where group ``g`` stands in ``owners`` (a list from ``owners``), by bisection."""
+        at = bisect.bisect_left(owners, self.order[g], key=self.order.__getitem__)
+        assert owners[at] == g, f"group {g} missing from its buffer's readers"
+        return at
 
     def reaches(self, src: str, dst: str, skip_direct: bool) -> bool:
         """Is there a path src -> ... -> dst (through another group when ``skip_direct``)?"""
-        limit = max(self.order[n] for n in self.members[dst])
-        stack = [s for s in self.group_succ(src) if not (skip_direct and s == dst)]
+        limit = self.order[self.members[dst][-1]]
+        succ = self._gsucc
+        stack = [s for s in succ[src] if not (skip_direct and s == dst)]
         seen = set(stack)
         while stack:
             g = stack.pop()
             if g == dst:
                 return True
-            if min(self.order[n] for n in self.members[g]) > limit:
+            if self.first(g) > limit:
                 continue
-            for s in self.group_succ(g):
+            for s in succ[g]:
                 if s not in seen:
                     seen.add(s)
                     stack.append(s)
@@ -97,24 +135,42 @@ class Groups:
 
     def merge(self, a: str, b: str) -> str:
         keep, gone = (a, b) if self.order[a] <= self.order[b] else (b, a)
-        self.members[keep] = sorted(self.members[keep] + self.members.pop(gone), key=self.order.get)
+        moved = self.members.pop(gone)
+        self.members[keep] = sorted(self.members[keep] + moved, key=self.order.get)
         for n in self.members[keep]:
             self.group_of[n] = keep
+        for buf in {name for n in moved for name in self.buffers_read(n)}:  # gone's place goes to keep
+            owners = self._owners[buf]
+            del owners[self.owner_index(owners, gone)]
+            at = bisect.bisect_left(owners, self.order[keep], key=self.order.__getitem__)
+            if at == len(owners) or owners[at] != keep:
+                owners.insert(at, keep)
+        succ, pred = self._gsucc.pop(gone), self._gpred.pop(gone)
+        for s in succ:
+            self._gpred[s].discard(gone)
+            if s != keep:
+                self._gpred[s].add(keep)
+        for p in pred:
+            self._gsucc[p].discard(gone)
+            if p != keep:
+                self._gsucc[p].add(keep)
+        self._gsucc[keep] = (self._gsucc[keep] | succ) - {keep, gone}
+        self._gpred[keep] = (self._gpred[keep] | pred) - {keep, gone}
         return keep
 
     def topological(self) -> list[str]:
         """Groups in an order that respects dependencies, staying close to the graph's order."""
-        indeg = {g: len(self.group_pred(g)) for g in self.members}
-        ready = [(min(self.order[n] for n in self.members[g]), g) for g, d in indeg.items() if d == 0]
+        indeg = {g: len(self._gpred[g]) for g in self.members}
+        ready = [(self.first(g), g) for g, d in indeg.items() if d == 0]
         heapq.heapify(ready)
         out = []
         while ready:
             _, g = heapq.heappop(ready)
             out.append(g)
-            for s in self.group_succ(g):
+            for s in self._gsucc[g]:
                 indeg[s] -= 1
                 if indeg[s] == 0:
-                    heapq.heappush(ready, (min(self.order[n] for n in self.members[s]), s))
+                    heapq.heappush(ready, (self.first(s), s))
         assert len(out) == len(self.members), "fusion created a cycle"
         return out
 
@@ -129,7 +185,7 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
         return f"group would exceed {config.max_fusion_size} nodes"
     if groups.reaches(a, b, skip_direct=True) or groups.reaches(b, a, skip_direct=True):
         return "a node outside both depends on one and feeds the other (cycle)"
-    recompute = window_recompute(nodes)
+    recompute = window_recompute(nodes, model.positions_read)
     if recompute is not None:
         return recompute
     try:
@@ -258,11 +314,11 @@ def _candidates_of(groups: Groups, model: TrafficModel, g: str) -> Iterable[tupl
         yield g, s, "vertical"
     for p in sorted(groups.group_pred(g), key=order):
         yield p, g, "vertical"
-    buffers = sorted({v.buffer.name for n in groups.members[g] for v in groups.nodes[n].reads()})
+    buffers = sorted({b for n in groups.members[g] for b in groups.buffers_read(n)})
     partners: set[str] = set()
     for buf in buffers:
-        owners = sorted({groups.group_of[r] for r in model.readers.get(buf, ())}, key=order)
-        at = owners.index(g)
+        owners = groups.owners(buf)
+        at = groups.owner_index(owners, g)
         partners.update(owners[max(0, at - HORIZONTAL_REACH): at] + owners[at + 1: at + 1 + HORIZONTAL_REACH])
     for other in sorted(partners, key=order):
         yield (g, other, "horizontal") if order(g) < order(other) else (other, g, "horizontal")

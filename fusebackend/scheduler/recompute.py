@@ -104,15 +104,56 @@ def _expansions(graph: ir.IRGraph, stop: set[str] = frozenset()) -> dict[str, ir
         if not isinstance(node, ir.Pointwise):
             continue
         expanded = dataclasses.replace(node, body=substitute(node, through))
-        if len(_distinct_ops(expanded.body)) <= MAX_OPS:
+        if _at_most_ops(expanded.body, MAX_OPS):
             out[node.name] = expanded
             if node.name not in stop:
                 through[node.name] = expanded
     return out
 
 
-def _distinct_ops(expr: ir.Expr) -> set[ir.Op]:
-    return {e for e in ir.walk(expr) if isinstance(e, ir.Op)}  # codegen computes equal ones once
+def _at_most_ops(expr: ir.Expr, limit: int) -> bool:
+    """Whether ``expr`` holds at most ``limit`` distinct operations (codegen computes equal ones
+    once); stops at the first one past the limit.
+
+    Equal operations are found by a number per distinct subtree, given children first: an op's
+    number is that of (name, dtype, its arguments' numbers), so comparing two ops compares a few
+    integers, where hashing the op itself would hash its whole argument tree again at every
+    level (an expansion through a chain repeats its inputs' trees). A subtree met again as the
+    same object keeps the number of its first visit. Leaves are numbered by their own equality,
+    so two ops get one number exactly where they are equal."""
+    numbers: dict[object, int] = {}
+    number_of: dict[int, int] = {}  # id(subtree) -> its number
+    ops: set[int] = set()
+    stack: list[tuple[ir.Expr, bool]] = [(expr, False)]
+    while stack:
+        e, children_done = stack.pop()
+        if id(e) in number_of:
+            continue
+        if isinstance(e, ir.Op):
+            children: tuple[ir.Expr, ...] = e.args
+        elif isinstance(e, ir.IndirectLoad):
+            children = tuple(p for _, p in e.positions) + (() if e.valid is None else (e.valid,))
+        else:
+            children = ()
+        if children and not children_done:
+            stack.append((e, True))
+            stack.extend((c, False) for c in children)
+            continue
+        if isinstance(e, ir.Op):
+            key: object = ("op", e.name, e.dtype, tuple(number_of[id(a)] for a in e.args))
+        elif isinstance(e, ir.IndirectLoad):
+            key = ("gather", e.view, e.index, e.dim, number_of[id(e.position)],
+                   None if e.valid is None else number_of[id(e.valid)],
+                   tuple((d, number_of[id(p)]) for d, p in e.more), e.checked)
+        else:
+            key = e
+        number = numbers.setdefault(key, len(numbers))
+        number_of[id(e)] = number
+        if isinstance(e, ir.Op):
+            ops.add(number)
+            if len(ops) > limit:
+                return False
+    return True
 
 
 _Pins = tuple[dict[str, int], set[str], set[str]]

@@ -118,7 +118,7 @@ def _check_loads(nodes: Sequence[ir.Node], space: KernelSpace, roots: list[str])
                 continue
             if isinstance(load, ir.IndirectLoad):
                 raise SpaceError(f"{node.name} gathers from {producer.name}, which must be in memory")
-            idx = tuple(indexing.simplify(sympy.sympify(i).xreplace(subst), ranges) for i in load.index)
+            idx = tuple(indexing.simplify_at(i, subst, ranges) for i in load.index)
             pidx = producer_index(producer, load.view, idx, ranges)
             pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
             if isinstance(producer, ir.Scan):

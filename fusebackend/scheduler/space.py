@@ -24,6 +24,7 @@ it, and returns the reason when it cannot.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Sequence
 
@@ -59,18 +60,31 @@ class SpaceError(Exception):
 
 
 def _row_mapping(buffer: ir.Buffer, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:
-    ivars = indexing.loop_vars("i", len(buffer.sizes))
-    idx = indexing.unravel(X, buffer.sizes, buffer.strides)
-    return {v: indexing.simplify(e, ranges) for v, e in zip(ivars, idx)}
+    return dict(_layout_mapping(buffer.sizes, buffer.strides, (), tuple(ranges.items())))
 
 
 def _reduction_mapping(node: ir.Reduction, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:
-    mapping = _row_mapping(node.buffer, ranges)
-    rr = node.reduction_ranges
-    rvars = indexing.loop_vars("r", len(rr))
-    ridx = indexing.unravel(R, rr, indexing.contiguous_strides(rr))
-    mapping.update({v: indexing.simplify(e, ranges) for v, e in zip(rvars, ridx)})
-    return mapping
+    buffer = node.buffer
+    return dict(_layout_mapping(buffer.sizes, buffer.strides, node.reduction_ranges, tuple(ranges.items())))
+
+
+# ``plan_space`` runs for every candidate fusion, and maps each node of the candidate again; the
+# mapping depends on the layout and the kernel's ranges only. Kept as tuples (immutable): the
+# callers get a dict of their own.
+@functools.lru_cache(maxsize=1 << 14)
+def _layout_mapping(sizes: tuple[int, ...], strides: tuple[int, ...], reduction_ranges: tuple[int, ...],
+                    range_items: tuple[tuple[sympy.Symbol, int], ...]) -> tuple[tuple[sympy.Symbol, sympy.Expr], ...]:
+    """A buffer's loop variables in terms of xindex (its elements in memory order) and, for a
+    reduction over ``reduction_ranges``, its reduction variables in terms of rindex (row-major)."""
+    ranges = dict(range_items)
+    ivars = indexing.loop_vars("i", len(sizes))
+    idx = indexing.unravel(X, sizes, strides)
+    out = [(v, indexing.simplify(e, ranges)) for v, e in zip(ivars, idx)]
+    if reduction_ranges:
+        rvars = indexing.loop_vars("r", len(reduction_ranges))
+        ridx = indexing.unravel(R, reduction_ranges, indexing.contiguous_strides(reduction_ranges))
+        out += [(v, indexing.simplify(e, ranges)) for v, e in zip(rvars, ridx)]
+    return tuple(out)
 
 
 def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
@@ -190,7 +204,7 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
             if index is None:
                 raise SpaceError(f"{node.name} gathers from {producer.name}, which must be in memory")
             # a concatenation's part reads at computed positions: inlined like a load
-            idx = tuple(indexing.simplify(sympy.sympify(i).xreplace(subst), ranges) for i in index)
+            idx = tuple(indexing.simplify_at(i, subst, ranges) for i in index)
             pidx = producer_index(producer, load.view, idx, ranges)
             if is_row_value(producer, space):
                 want = space.mapping[producer.name]

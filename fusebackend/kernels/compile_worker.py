@@ -1,0 +1,93 @@
+"""A process that compiles generated kernels into Triton's cache: ``runtime.CompilePool``'s worker.
+
+Run as a script (``python compile_worker.py PACKAGE_ROOT``), not as a module of the package, so
+that it imports Triton and the kernel modules only: ``fusebackend/__init__.py`` and torch are never
+imported (a worker starts in a fraction of a second, and creates no CUDA context: the target is
+given, not asked of a device). It reads one JSON job a line on stdin and answers one JSON line on
+stdout: ``{"id", "module", "path", "fn", "spec", "cache_dir", "target"}`` -> ``{"id", "ok", "error"}``.
+
+``spec`` is what Triton's ``jit_cache_hook`` was given when the parent specialized the kernel
+for its first launch (``serialize_specialization_data``: the signature, constexprs, attributes,
+compile options and target). The worker compiles exactly that with ``triton.compile``, which
+writes the binary to Triton's cache; the parent's own compile of the kernel then finds it there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import types
+
+
+def _packages(root: str) -> None:
+    """``fusebackend`` and ``fusebackend.kernels`` as bare packages: their submodules import,
+    their ``__init__`` files (which import torch) do not run."""
+    for name, path in (("fusebackend", root), ("fusebackend.kernels", os.path.join(root, "kernels"))):
+        if name not in sys.modules:
+            module = types.ModuleType(name)
+            module.__path__ = [path]
+            sys.modules[name] = module
+
+
+def _module(name: str, path: str) -> types.ModuleType:
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _as_tuple(value: object) -> object:
+    """JSON gave lists where Triton had tuples (nested ones included)."""
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def compile_job(job: dict) -> None:
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if job.get("cache_dir"):
+        os.environ["TRITON_CACHE_DIR"] = job["cache_dir"]
+    fn = getattr(_module(job["module"], job["path"]), job["fn"])
+    data = json.loads(job["spec"])
+
+    def constant(value: object) -> object:
+        if isinstance(value, dict) and "constexpr" in value:
+            return tl.constexpr(_as_tuple(value["constexpr"]))
+        if isinstance(value, str) and tl.dtype.is_dtype(value):
+            return tl.dtype(value)
+        return _as_tuple(value)
+
+    constexprs = {tuple(k): constant(v) for k, v in zip(data["constant_keys"], data["constant_vals"])}
+    attrs = {tuple(k): v for k, v in zip(data["attrs_keys"], data["attrs_vals"])}
+    signature = {k: _as_tuple(v) for k, v in data["signature"].items()}
+    options = {k: _as_tuple(v) for k, v in data["options"].items()}
+    source = ASTSource(fn, signature, constexprs, attrs)
+    target = data.get("target") or job["target"]  # in the specialization from Triton 3.9 on
+    triton.compile(source, target=GPUTarget(**target), options=options)
+
+
+def main() -> None:
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+    os.environ["FUSE_INTERPRET"] = "0"  # the helpers as compiled kernels use them (triton_helpers)
+    _packages(sys.argv[1])
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            compile_job(job)
+            reply = {"id": job["id"], "ok": True, "error": ""}
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            reply = {"id": job["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""The on-disk cache of compiled graphs (``fusebackend/cache.py``).
+
+A second process loads what the first compiled, without lowering, scheduling or generating
+anything; a truncated or changed entry is reported once and compiled again; two processes
+compiling at once both succeed; any change of an option misses; a cache folder that cannot be
+written costs one warning and compiles anyway; ``python -m fusebackend.cache`` shows and clears.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import fusebackend
+from fusebackend import cache
+from tests.helpers import assert_same
+
+# A training step and an inference call of a small model: a forward, a backward and an inference
+# graph. The child checks its results against eager and prints what the metrics say.
+CHILD = """
+import json, sys
+import torch
+import fusebackend
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.LayerNorm(24), torch.nn.GELU(),
+                            torch.nn.Linear(24, 5), torch.nn.Softmax(dim=-1))
+x = torch.randn(7, 12)
+compiled = torch.compile(model, backend="fuse")
+out = compiled(x)
+out.pow(2).sum().backward()
+grads = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+model(x).pow(2).sum().backward()
+for got, want in zip(grads, [p.grad for p in model.parameters()]):
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+with torch.no_grad():
+    torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+m = fusebackend.metrics
+print(json.dumps({"hits": m.cache_hits, "misses": m.cache_misses, "graphs": m.graphs_compiled,
+                  "kernels": m.kernels_generated, "eager": m.eager_graphs, "stages": sorted(m.stage_seconds),
+                  "warm": sorted(m.warm_stage_seconds), "fallbacks": dict(m.fallbacks)}))
+"""
+
+
+def _child(cache_dir: Any, cwd: Any) -> subprocess.Popen:
+    env = dict(os.environ, FUSE_CACHE_DIR=str(cache_dir))
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD)], env=env, cwd=str(cwd),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc: subprocess.Popen) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out + err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_every_graph_without_compiling(tmp_path: Any) -> None:
+    first = _result(_child(tmp_path / "cache", tmp_path))
+    assert first["hits"] == 0 and first["misses"] == first["graphs"] == 3 and first["eager"] == 0
+    assert {"lower", "schedule", "codegen", "store"} <= set(first["stages"])
+    second = _result(_child(tmp_path / "cache", tmp_path))
+    assert second["hits"] == second["graphs"] == 3 and second["misses"] == 0 and second["eager"] == 0
+    assert not {"lower", "verify", "schedule", "codegen", "store"} & set(second["stages"]), second["stages"]
+    assert {"cache", "load"} <= set(second["warm"])
+    # the same kernels, and the ATen calls (the matrix products) counted as when compiled
+    assert second["kernels"] == first["kernels"] and second["fallbacks"] == first["fallbacks"] != {}
+
+
+def test_two_processes_compiling_at_once_both_succeed(tmp_path: Any) -> None:
+    procs = [_child(tmp_path / "cache", tmp_path) for _ in range(2)]
+    results = [_result(p) for p in procs]  # each checked its results against eager
+    assert all(r["graphs"] == 3 and r["eager"] == 0 for r in results)
+    entries = glob.glob(str(tmp_path / "cache" / "graphs" / f"*{cache.SUFFIX}"))
+    assert len(entries) == 3
+    assert not glob.glob(str(tmp_path / "cache" / "graphs" / "*.tmp"))
+    for path in entries:  # whole entries, whichever process wrote last
+        with open(path, "rb") as f:
+            assert isinstance(cache.decode(f.read()), cache.Entry)
+
+
+def _fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(torch.relu(x @ w) * 3.0, dim=-1) + x.sum(-1, keepdim=True)
+
+
+def _compile_and_check(x: torch.Tensor, w: torch.Tensor) -> None:
+    torch._dynamo.reset()
+    assert_same(torch.compile(_fn, backend="fuse", fullgraph=True)(x, w), _fn(x, w))
+
+
+def _entries() -> list[str]:
+    return glob.glob(os.path.join(fusebackend.config.cache_dir, "graphs", f"*{cache.SUFFIX}"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_damaged_entry_is_reported_once_and_compiled_again(damage: str) -> None:
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    _compile_and_check(x, w)
+    (path,) = _entries()
+    with open(path, "rb") as f:
+        data = f.read()
+    damaged = {"truncate": data[: len(data) // 2], "flip": data[:-1] + bytes([data[-1] ^ 1]), "empty": b"",
+               "garbage": b"\x00" * len(data)}[damage]
+    with open(path, "wb") as f:
+        f.write(damaged)
+    m = fusebackend.metrics
+    m.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _compile_and_check(x, w)
+        _compile_and_check(x, w)  # the entry written again: loaded, with no second warning
+    reports = [str(c.message) for c in caught if "cache entry" in str(c.message)]
+    assert len(reports) == 1 and "unreadable" in reports[0] and path in reports[0], reports
+    assert (m.cache_misses, m.cache_hits, m.eager_graphs) == (1, 1, 0)
+    with open(path, "rb") as f:
+        assert isinstance(cache.decode(f.read()), cache.Entry)
+
+
+def test_every_change_that_matters_misses_and_the_graph_name_does_not() -> None:
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    m = fusebackend.metrics
+    _compile_and_check(x, w)
+    assert (m.cache_misses, m.cache_hits) == (1, 0)
+    _compile_and_check(x, w)  # Dynamo reset: a new graph name, the same graph
+    assert (m.cache_misses, m.cache_hits) == (1, 1)
+    with fusebackend.config.patch(max_fusion_size=2):  # an option
+        _compile_and_check(x, w)
+    assert (m.cache_misses, m.cache_hits) == (2, 1)
+    with fusebackend.config.patch(fusion=False):
+        _compile_and_check(x, w)
+    assert (m.cache_misses, m.cache_hits) == (3, 1)
+    _compile_and_check(x.t().contiguous().t(), w)  # strides
+    _compile_and_check(x[:, :5], w[:5])  # sizes
+    _compile_and_check(x.double(), w.double())  # dtypes
+    assert (m.cache_misses, m.cache_hits) == (6, 1)
+    assert len(_entries()) == 6
+    with fusebackend.config.patch(dump_dir="", compile_threads=1):  # where files go, how compiled: the same
+        _compile_and_check(x, w)
+    assert (m.cache_misses, m.cache_hits) == (6, 2)
+
+
+def test_the_key_covers_the_graph_and_its_constants() -> None:
+    def traced(scale: float) -> torch.fx.GraphModule:
+        return torch.fx.symbolic_trace(lambda a: a * scale + 1)
+
+    args = [torch.randn(4, 3)]
+    assert cache.graph_key(traced(2.0), args, None) == cache.graph_key(traced(2.0), args, None)
+    assert cache.graph_key(traced(2.0), args, None) != cache.graph_key(traced(3.0), args, None)
+    assert cache.graph_key(traced(2.0), args, None) != cache.graph_key(traced(2.0), args, 1)
+
+    class Holds(torch.nn.Module):
+        def __init__(self, value: torch.Tensor) -> None:
+            super().__init__()
+            self.register_buffer("c", value)
+
+        def forward(self, a: torch.Tensor) -> torch.Tensor:
+            return a + self.c
+
+    for scalar in (torch.tensor(2.0, dtype=torch.bfloat16), torch.tensor(3)):  # 0-dim constants key too
+        keyed = cache.graph_key(torch.fx.symbolic_trace(Holds(scalar)), args, None)
+        assert keyed == cache.graph_key(torch.fx.symbolic_trace(Holds(scalar.clone())), args, None)
+        assert keyed != cache.graph_key(torch.fx.symbolic_trace(Holds(scalar + 1)), args, None)
+    c = torch.randn(3)
+    same = cache.graph_key(torch.fx.symbolic_trace(Holds(c.clone())), args, None)
+    assert same == cache.graph_key(torch.fx.symbolic_trace(Holds(c.clone())), args, None)
+    assert same != cache.graph_key(torch.fx.symbolic_trace(Holds(c + 1)), args, None)
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_one_warning(tmp_path: Any) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    m = fusebackend.metrics
+    with fusebackend.config.patch(cache_dir=str(blocker / "cache")), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _compile_and_check(x, w)
+        _compile_and_check(x.double(), w.double())
+        _compile_and_check(x, w)
+    reports = [str(c.message) for c in caught if "cannot be written" in str(c.message)]
+    assert len(reports) == 1 and str(blocker / "cache") in reports[0], [str(c.message) for c in caught]
+    assert (m.cache_hits, m.eager_graphs, m.graphs_compiled) == (0, 0, 3)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes read-only folders")
+def test_a_read_only_cache_folder_still_compiles(tmp_path: Any) -> None:
+    root = tmp_path / "ro"
+    root.mkdir()
+    os.chmod(root, 0o555)
+    try:
+        x, w = torch.randn(9, 6), torch.randn(6, 11)
+        with fusebackend.config.patch(cache_dir=str(root)), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _compile_and_check(x, w)
+        assert sum("cannot be written" in str(c.message) for c in caught) == 1
+    finally:
+        os.chmod(root, 0o755)
+
+
+def test_the_cache_command_shows_and_clears(tmp_path: Any) -> None:
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    _compile_and_check(x, w)
+    where = fusebackend.config.cache_dir
+    run = [sys.executable, "-m", "fusebackend.cache", "--dir", where]
+    shown = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert shown.returncode == 0 and not shown.stderr, shown.stderr
+    assert "compiled graphs: 1 " in shown.stdout and "inference_" in shown.stdout and " kernels, " in shown.stdout
+    cleared = subprocess.run(run + ["--clear"], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert cleared.returncode == 0, cleared.stderr
+    assert "compiled graphs: 0 " in cleared.stdout and "kernel and wrapper modules: 0 " in cleared.stdout
+    assert not _entries()
+    m = fusebackend.metrics
+    m.reset()
+    _compile_and_check(x, w)  # compiled again, from nothing
+    assert (m.cache_misses, m.cache_hits) == (1, 0)
+
+
+def test_the_cache_can_be_turned_off() -> None:
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    m = fusebackend.metrics
+    with fusebackend.config.patch(graph_cache=False):
+        _compile_and_check(x, w)
+        _compile_and_check(x, w)
+    assert (m.cache_hits, m.cache_misses, m.graphs_compiled) == (0, 0, 2) and not _entries()
