@@ -10,7 +10,7 @@ import torch
 
 from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler
 from fusebackend.config import config, use_interpreter
-from fusebackend.kernels import runtime
+from fusebackend.kernels import precompile, runtime
 
 
 @dataclasses.dataclass
@@ -40,7 +40,7 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
             return compiled
     fallbacks_before = collections.Counter(metrics.fallbacks)
     # the processes that compile kernels start (importing Triton) while this graph is lowered
-    runtime.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
+    precompile.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
     with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
         graph, moved = lowering.lower(gm, args, name, user_outputs)
     _check_device(graph.device)
@@ -78,7 +78,7 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule, name: str, seconds: dic
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call, launchers = _load(entry, name)
     with metrics.timed("triton", seconds):  # kernels to binaries, several at once, before their first launches
-        runtime.precompile(launchers, torch.device(entry.device))
+        precompile.precompile(launchers, torch.device(entry.device))
     if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
         call.__globals__["observe"] = checking.Observer(gm, name, entry.fx_values)
     metrics.graphs_compiled += 1

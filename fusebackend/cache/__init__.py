@@ -351,7 +351,7 @@ def describe(limit: int = 20) -> str:
     lines = [f"fusebackend cache: {config.cache_dir}",
              f"  compiled graphs: {len(graphs)} ({_size(graphs) / 1024:.1f} KiB)",
              f"  kernel and wrapper modules: {len(kernels)} ({_size(kernels) / 1024:.1f} KiB)",
-             f"  kernel binaries: in Triton's cache ({os.environ.get('TRITON_CACHE_DIR') or '~/.triton/cache'}), "
+             f"  kernel binaries: in Triton's cache ({_triton_cache_dir()}), "
              "not listed or cleared here"]
     newest = sorted(graphs, key=os.path.getmtime, reverse=True)
     for path in newest[:limit]:
@@ -363,6 +363,13 @@ def describe(limit: int = 20) -> str:
     if len(newest) > limit:
         lines.append(f"    ... and {len(newest) - limit} more")
     return "\n".join(lines)
+
+
+def _triton_cache_dir() -> str:
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    return knobs.cache.dir if knobs is not None else "Triton's default folder"
 
 
 def clear() -> int:

@@ -54,7 +54,7 @@ def compile_job(job: dict) -> None:
     from triton.compiler import ASTSource
 
     if job.get("cache_dir"):
-        os.environ["TRITON_CACHE_DIR"] = job["cache_dir"]
+        triton.knobs.cache.dir = job["cache_dir"]  # the parent's Triton cache
     fn = getattr(_module(job["module"], job["path"]), job["fn"])
     data = json.loads(job["spec"])
 
@@ -76,8 +76,10 @@ def compile_job(job: dict) -> None:
 
 def main() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-    os.environ["FUSE_INTERPRET"] = "0"  # the helpers as compiled kernels use them (triton_helpers)
     _packages(sys.argv[1])
+    from fusebackend.config import config
+
+    config.interpret = False  # the helpers as compiled kernels use them (triton_helpers, imported later)
     for line in sys.stdin:
         job = json.loads(line)
         try:
