@@ -61,7 +61,10 @@ class _Eager:
 def _capturing(into: list[Captured], prefix: str) -> Iterator[None]:
     """Record every graph the backend would compile, and run it eagerly instead."""
 
-    def capture(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs: int | None = None) -> Any:
+    def capture(gm: Any, args: Sequence[Any], name: str, user_outputs: int | None = None,
+                digest: str | None = None) -> Any:
+        if not isinstance(gm, torch.fx.GraphModule):  # a graph from AOTAutograd's cache, made when asked
+            gm = gm()
         into.append(Captured(f"{prefix}_{len(into)}", gm, list(args), user_outputs))
 
         def call(call_args: list[Any]) -> Any:

@@ -18,7 +18,6 @@ kernel asserts against as eager checks it), eager's error propagates and the gra
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -27,14 +26,11 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import metrics
+from fusebackend import aot_cache, metrics
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.pipeline import compile_graph
 from fusebackend.signature import SignatureCheck, input_key
 from fusebackend.splitting import split_at_failure
-
-_graph_ids = itertools.count()
-
 
 class RunDynamoGraph(Exception):
     """A forward or inference graph cannot run compiled: run Dynamo's graph eagerly instead."""
@@ -57,12 +53,18 @@ class _Entry:
 class FusedGraph:
     """A graph from AOTAutograd, compiled per input signature; called with a list of inputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, to_dynamo_graph: bool = False,
-                 user_outputs: int | None = None) -> None:
+    def __init__(self, gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], name: str,
+                 to_dynamo_graph: bool = False, user_outputs: int | None = None,
+                 digest: str | None = None, mutates: bool | None = None) -> None:
+        """``gm`` may be a function that makes the graph, given with its ``cache.module_digest``
+        and whether it mutates its inputs (a graph loaded from AOTAutograd's cache): it is then
+        made only where it is lowered or run eagerly, not where fuse's cache has it compiled."""
         # Called with one list of inputs that it may clear (AOTAutograd's boxed convention); an
         # instance attribute, so that wrappers made with functools.wraps carry it too.
         self._boxed_call = True
-        self.gm = gm
+        self._gm = gm if isinstance(gm, torch.fx.GraphModule) else None
+        self._make_gm = None if self._gm is not None else gm
+        self.digest = digest
         self.name = name
         # On failure: hand the call back to Dynamo's graph (forward and inference graphs), or
         # run this graph's own ATen ops one by one (backward graphs)
@@ -72,11 +74,13 @@ class FusedGraph:
         self.cache: dict[tuple, _Entry] = {}
         # the last signature that ran, checked without building its key (signature.py)
         self.fast: tuple[SignatureCheck, _Entry] | None = None
-        self.mutates = any(
-            isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-            for n in gm.graph.nodes
-            if n.op == "call_function"
-        )
+        self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
+
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        if self._gm is None:
+            self._gm = self._make_gm()
+        return self._gm
 
     def _eager(self, args: list[Any]) -> Any:
         inputs = list(args)
@@ -108,7 +112,8 @@ class FusedGraph:
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""
-                compiled = compile_graph(self.gm, args, self.name + suffix, self.user_outputs)
+                graph = self._gm if self._gm is not None else (lambda: self.gm)
+                compiled = compile_graph(graph, args, self.name + suffix, self.user_outputs, self.digest)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
@@ -133,13 +138,23 @@ class FusedGraph:
         return out
 
 
-def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], FusedGraph]:
+def graph_mutates(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph writes to any of its inputs (a mutable ATen op)."""
+    return any(
+        isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+    )
+
+
+def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], Any]:
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FusedGraph:
         user_outputs = _forward_returns() if kind == "forward" else None
-        return FusedGraph(gm, f"{kind}_{next(_graph_ids)}", to_dynamo_graph=kind != "backward",
+        return FusedGraph(gm, aot_cache.graph_name(kind), to_dynamo_graph=kind != "backward",
                           user_outputs=user_outputs)
 
-    return compile_fn
+    # AOTAutograd's cache keeps the graph (aot_cache.py); a FusedGraph compiles when first called
+    return aot_cache.serializable(kind, compile_fn)
 
 
 def _forward_returns() -> int | None:
@@ -182,7 +197,9 @@ def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[.
 def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
     try:
-        with whole_ops(), metrics.timed("aot"):  # upsampling reaches the graphs as ops (decompositions.py)
+        # upsampling reaches the graphs as ops (decompositions.py); AOTAutograd's result may
+        # come from its cache (aot_cache.py)
+        with whole_ops(), aot_cache.enabled(), metrics.timed("aot"):
             compiled = _aot_backend()(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)

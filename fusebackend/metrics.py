@@ -4,6 +4,8 @@
   whether compiled in this process or loaded from the on-disk cache;
 - ``cache_hits`` and ``cache_misses``: graphs loaded from the on-disk cache of compiled graphs
   (``cache.py``), and graphs compiled because it had none;
+- ``aot_cache_hits``: Dynamo graphs whose AOTAutograd result (forward, backward) came from
+  AOTAutograd's cache (``aot_cache.py``), not traced again;
 - ``fallbacks``: ATen ops left as extern calls, by op name;
 - ``eager_graphs``: whole graphs run eagerly after a failure;
 - ``stage_seconds``: compile time by stage: ``dynamo`` (Dynamo's tracing of the Python, less
@@ -36,6 +38,7 @@ kernels_generated: int = 0
 eager_graphs: int = 0
 cache_hits: int = 0
 cache_misses: int = 0
+aot_cache_hits: int = 0
 layout_copies: int = 0
 fallbacks: collections.Counter[str] = collections.Counter()
 stage_seconds: collections.Counter[str] = collections.Counter()
@@ -45,12 +48,13 @@ slow_launches: collections.Counter[str] = collections.Counter()
 
 
 def reset() -> None:
-    global graphs_compiled, kernels_generated, eager_graphs, cache_hits, cache_misses, layout_copies
+    global graphs_compiled, kernels_generated, eager_graphs, cache_hits, cache_misses, aot_cache_hits, layout_copies
     graphs_compiled = 0
     kernels_generated = 0
     eager_graphs = 0
     cache_hits = 0
     cache_misses = 0
+    aot_cache_hits = 0
     layout_copies = 0
     fallbacks.clear()
     stage_seconds.clear()
@@ -107,6 +111,7 @@ def summary() -> str:
         f"kernels generated:  {kernels_generated}",
         f"graphs run eagerly: {eager_graphs}",
         f"cache hits:         {cache_hits} (graphs loaded from the on-disk cache; {cache_misses} missed)",
+        f"AOT cache hits:     {aot_cache_hits} (Dynamo graphs not traced by AOTAutograd again)",
     ]
     if fallbacks:
         lines.append("ATen fallbacks:     " + ", ".join(f"{k} x{v}" for k, v in fallbacks.most_common()))

@@ -19,18 +19,22 @@ class CompiledGraph:
     artifacts: dump.CompiledArtifacts
 
 
-def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
-                  user_outputs: int | None = None) -> CompiledGraph:
+def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], args: Sequence[Any], name: str,
+                  user_outputs: int | None = None, digest: str | None = None) -> CompiledGraph:
     """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints); the first
     ``user_outputs`` outputs (all where None) are the user's, in eager's layouts. A graph compiled
-    before, by this process or another, is loaded from the on-disk cache (``cache.py``)."""
+    before, by this process or another, is loaded from the on-disk cache (``cache.py``).
+
+    ``gm`` may be a function that returns the graph, and ``digest`` its ``cache.module_digest``
+    (a graph from AOTAutograd's cache, ``aot_cache.py``): the graph is then only made where it
+    is lowered or checked, not for a hit."""
     seconds: dict[str, float] = {}
     with metrics.timed("cache", seconds):  # the key, and the entry under it if there is one
-        key = cache.key_or_none(gm, args, user_outputs) if config.graph_cache else None
+        key = cache.key_or_none(digest or _module(gm), args, user_outputs) if config.graph_cache else None
         entry = cache.load(key) if key is not None else None
     if entry is not None:
         try:
-            compiled = _ready(entry, gm, name, seconds)
+            compiled = _ready(entry, gm, name, seconds, cached=True)
         except Exception as exc:  # an entry that reads but does not load: compiled again
             cache.report_corrupt(cache.entry_path(key), exc)
         else:
@@ -42,6 +46,7 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
     # the processes that compile kernels start (importing Triton) while this graph is lowered
     precompile.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
     with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
+        gm = _module(gm)
         graph, moved = lowering.lower(gm, args, name, user_outputs)
     _check_device(graph.device)
     with metrics.timed("verify", seconds):  # the IR's invariants
@@ -68,19 +73,22 @@ def compile_graph(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
         metrics.cache_misses += 1
         with metrics.timed("store", seconds):  # the entry written for other processes
             cache.store(key, entry)
-    compiled = _ready(entry, gm, name, seconds)
+    compiled = _ready(entry, gm, name, seconds, cached=False)
     metrics.cold_stage_seconds.update(seconds)
     return compiled
 
 
-def _ready(entry: cache.Entry, gm: torch.fx.GraphModule, name: str, seconds: dict[str, float]) -> CompiledGraph:
-    """Load a compiled graph (just compiled, or from the cache) and record its artifacts."""
+def _ready(entry: cache.Entry, gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], name: str,
+           seconds: dict[str, float], cached: bool) -> CompiledGraph:
+    """Load a compiled graph (just compiled, or from the cache: ``cached``) and record its
+    artifacts."""
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call, launchers = _load(entry, name)
     with metrics.timed("triton", seconds):  # kernels to binaries, several at once, before their first launches
-        precompile.precompile(launchers, torch.device(entry.device))
+        # a cached graph's binaries are in Triton's cache, where the process that compiled it put them
+        precompile.precompile(launchers, torch.device(entry.device), in_workers=not cached)
     if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
-        call.__globals__["observe"] = checking.Observer(gm, name, entry.fx_values)
+        call.__globals__["observe"] = checking.Observer(_module(gm), name, entry.fx_values)
     metrics.graphs_compiled += 1
     metrics.kernels_generated += len(entry.kernels)
     artifacts = dump.CompiledArtifacts(
@@ -95,6 +103,10 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule, name: str, seconds: dic
     )
     dump.record(artifacts)
     return CompiledGraph(call, artifacts)
+
+
+def _module(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule]) -> torch.fx.GraphModule:
+    return gm if isinstance(gm, torch.fx.GraphModule) else gm()
 
 
 def _buffer_dtypes(graph: ir.IRGraph) -> dict[str, torch.dtype]:

@@ -1,5 +1,6 @@
-"""Test set-up: each test starts clean, with a cache folder of its own (compiled graphs and kernel
-modules), so that no test loads what another compiled; ``tests/test_cache.py`` tests the cache."""
+"""Test set-up: each test starts clean, with cache folders of its own (fuse's compiled graphs and
+kernel modules, and Inductor's folder, where AOTAutograd's cache is), so that no test loads what
+another compiled; ``tests/test_cache.py`` tests the caches."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ if os.environ.get("FUSE_TEST_DEVICE", "cpu") != "cpu":
 
 
 @pytest.fixture(autouse=True)
-def _fresh_state(tmp_path_factory: pytest.TempPathFactory):
+def _fresh_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     fusebackend.dump.clear()
     torch.manual_seed(0)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor-cache")))
     with fusebackend.config.patch(cache_dir=str(tmp_path_factory.mktemp("fuse-cache"))):
         yield
 

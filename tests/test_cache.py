@@ -46,14 +46,17 @@ for got, want in zip(grads, [p.grad for p in model.parameters()]):
 with torch.no_grad():
     torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
 m = fusebackend.metrics
-print(json.dumps({"hits": m.cache_hits, "misses": m.cache_misses, "graphs": m.graphs_compiled,
+print(json.dumps({"hits": m.cache_hits, "misses": m.cache_misses, "aot_hits": m.aot_cache_hits,
+                  "graphs": m.graphs_compiled,
                   "kernels": m.kernels_generated, "eager": m.eager_graphs, "stages": sorted(m.stage_seconds),
                   "warm": sorted(m.warm_stage_seconds), "fallbacks": dict(m.fallbacks)}))
 """
 
 
-def _child(cache_dir: Any, cwd: Any) -> subprocess.Popen:
-    env = dict(os.environ, FUSE_CACHE_DIR=str(cache_dir))
+def _child(cache_dir: Any, cwd: Any, **env_vars: str) -> subprocess.Popen:
+    """A process running CHILD with fuse's cache in ``cache_dir`` and Inductor's (AOTAutograd's
+    cache) beside it."""
+    env = dict(os.environ, FUSE_CACHE_DIR=str(cache_dir), TORCHINDUCTOR_CACHE_DIR=f"{cache_dir}-inductor", **env_vars)
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD)], env=env, cwd=str(cwd),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -67,9 +70,12 @@ def _result(proc: subprocess.Popen) -> dict[str, Any]:
 def test_a_second_process_loads_every_graph_without_compiling(tmp_path: Any) -> None:
     first = _result(_child(tmp_path / "cache", tmp_path))
     assert first["hits"] == 0 and first["misses"] == first["graphs"] == 3 and first["eager"] == 0
+    assert first["aot_hits"] == 0
     assert {"lower", "schedule", "codegen", "store"} <= set(first["stages"])
     second = _result(_child(tmp_path / "cache", tmp_path))
     assert second["hits"] == second["graphs"] == 3 and second["misses"] == 0 and second["eager"] == 0
+    # AOTAutograd traced neither Dynamo graph (the training step's, the inference call's) again
+    assert second["aot_hits"] == 2
     assert not {"lower", "verify", "schedule", "codegen", "store"} & set(second["stages"]), second["stages"]
     assert {"cache", "load"} <= set(second["warm"])
     # the same kernels, and the ATen calls (the matrix products) counted as when compiled
@@ -131,10 +137,10 @@ def test_every_change_that_matters_misses_and_the_graph_name_does_not() -> None:
     _compile_and_check(x, w)
     assert (m.cache_misses, m.cache_hits) == (1, 0)
     _compile_and_check(x, w)  # Dynamo reset: a new graph name, the same graph
-    assert (m.cache_misses, m.cache_hits) == (1, 1)
-    with fusebackend.config.patch(max_fusion_size=2):  # an option
+    assert (m.cache_misses, m.cache_hits, m.aot_cache_hits) == (1, 1, 1)
+    with fusebackend.config.patch(max_fusion_size=2):  # an option: AOTAutograd's cache misses too
         _compile_and_check(x, w)
-    assert (m.cache_misses, m.cache_hits) == (2, 1)
+    assert (m.cache_misses, m.cache_hits, m.aot_cache_hits) == (2, 1, 1)
     with fusebackend.config.patch(fusion=False):
         _compile_and_check(x, w)
     assert (m.cache_misses, m.cache_hits) == (3, 1)
@@ -145,7 +151,7 @@ def test_every_change_that_matters_misses_and_the_graph_name_does_not() -> None:
     assert len(_entries()) == 6
     with fusebackend.config.patch(dump_dir="", compile_threads=1):  # where files go, how compiled: the same
         _compile_and_check(x, w)
-    assert (m.cache_misses, m.cache_hits) == (6, 2)
+    assert (m.cache_misses, m.cache_hits, m.aot_cache_hits) == (6, 2, 2)
 
 
 def test_the_key_covers_the_graph_and_its_constants() -> None:
@@ -230,3 +236,54 @@ def test_the_cache_can_be_turned_off() -> None:
         _compile_and_check(x, w)
         _compile_and_check(x, w)
     assert (m.cache_hits, m.cache_misses, m.graphs_compiled) == (0, 0, 2) and not _entries()
+    assert m.aot_cache_hits == 0  # and AOTAutograd's cache was not written
+    assert not os.path.isdir(_aot_folder()) or not os.listdir(_aot_folder())
+
+
+def _aot_folder() -> str:
+    return os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "aotautograd")
+
+
+def test_a_graph_from_aotautograds_cache_without_fuses_entry_is_compiled_from_its_saved_graph() -> None:
+    x, w = torch.randn(9, 6), torch.randn(6, 11)
+    m = fusebackend.metrics
+    _compile_and_check(x, w)
+    assert os.listdir(_aot_folder())  # AOTAutograd's entry, in Inductor's folder
+    for path in _entries():
+        os.remove(path)
+    _compile_and_check(x, w)  # checked against eager
+    assert (m.aot_cache_hits, m.cache_misses, m.cache_hits, m.eager_graphs) == (1, 2, 0, 0)
+    _compile_and_check(x, w)  # both caches hit; the graph itself is never unpickled
+    assert (m.aot_cache_hits, m.cache_misses, m.cache_hits) == (2, 2, 1)
+
+
+def _with_constants(x: torch.Tensor) -> torch.Tensor:
+    # tensors made in the function: the ATen graph reads them as constants (get_attr)
+    return torch.relu(x * torch.tensor(3.0) + torch.tensor([1.0, -2.0, 0.5, 4.0, -1.0])).sum(0)
+
+
+def test_a_saved_graph_keeps_its_constant_tensors() -> None:
+    x = torch.randn(6, 5)
+    m = fusebackend.metrics
+    for _ in range(2):
+        torch._dynamo.reset()
+        assert_same(torch.compile(_with_constants, backend="fuse", fullgraph=True)(x), _with_constants(x))
+        for path in _entries():  # fuse's entry gone: the second compile unpickles AOTAutograd's graph
+            os.remove(path)
+    assert (m.aot_cache_hits, m.cache_misses, m.eager_graphs) == (1, 2, 0)
+
+
+def test_aotautograds_key_carries_fuses_versions_and_options() -> None:
+    from fusebackend import aot_cache
+
+    def tag() -> str:
+        with aot_cache.enabled():
+            return torch.compiler.config.cache_key_tag
+
+    plain = tag()
+    assert plain.startswith("fusebackend ") and plain == tag()
+    with fusebackend.config.patch(fusion=False):
+        assert tag() != plain
+    with torch.compiler.config.patch(cache_key_tag="user"):  # a user's own tag is kept
+        assert tag() == f"user {plain}"
+    assert torch.compiler.config.cache_key_tag == ""

@@ -259,7 +259,9 @@ def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
         f = r.fuse
         if f is not None and f.compile_stages:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in f.compile_stages.items())
-            graphs = "" if f.cache_hits is None else f" ({f.cache_hits} graphs from the cache, {f.cache_misses} compiled)"
+            graphs = "" if f.cache_hits is None else (
+                f" ({f.cache_hits} graphs from the cache, {f.cache_misses} compiled; "
+                f"{f.aot_cache_hits} AOTAutograd results from its cache)")
             out.append(f"{r.model} ({r.mode}): {parts}{graphs}")
     return out
 

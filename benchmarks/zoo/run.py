@@ -74,6 +74,7 @@ class VariantStats:
     compile_stages: dict[str, float] = dataclasses.field(default_factory=dict)
     cache_hits: int | None = None  # fuse: graphs of the first call loaded from its on-disk cache
     cache_misses: int | None = None  # fuse: graphs of the first call compiled (and stored)
+    aot_cache_hits: int | None = None  # fuse: Dynamo graphs of the first call AOTAutograd's cache had
     speedup: float | None = None  # eager's time over this one
     host_ms: float | None = None  # the host's time per step (measure.host_time)
     gpu_ms: float | None = None  # the GPU's time per step with the host ahead; None on a CPU
@@ -351,6 +352,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 m.collect_dynamo()
                 stats.compile_stages = compile_stages(dict(m.stage_seconds), stats.first_call_s)
                 stats.cache_hits, stats.cache_misses = m.cache_hits, m.cache_misses
+                stats.aot_cache_hits = m.aot_cache_hits
             if train:
                 stats.error = _train_error(out, expected)
             else:

@@ -83,25 +83,45 @@ class Entry:
 # the key
 
 
-def graph_key(gm: torch.fx.GraphModule, args: Sequence[Any], user_outputs: int | None) -> str:
-    """The cache key of compiling ``gm`` for ``args``: a hex SHA-256."""
+def graph_key(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None) -> str:
+    """The cache key of compiling ``gm`` for ``args``: a hex SHA-256. ``gm`` may be given by
+    its ``module_digest``."""
     h = hashlib.sha256()
+    add = _adder(h)
+    add(MAGIC, options_digest(), user_outputs)
+    add(input_key(args))
+    for device in sorted({str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"}):
+        add(device, _device_facts(device))
+    add(gm if isinstance(gm, str) else module_digest(gm))
+    return h.hexdigest()
 
+
+def module_digest(gm: torch.fx.GraphModule) -> str:
+    """The graph's share of its key: a hex SHA-256 of its nodes, their value metadata and the
+    attributes it reads (``_add_module``)."""
+    h = hashlib.sha256()
+    _add_module(gm, _adder(h))
+    return h.hexdigest()
+
+
+def _adder(h: Any) -> Any:
     def add(*parts: Any) -> None:
         for part in parts:
             h.update(part if isinstance(part, bytes) else repr(part).encode())
             h.update(b"\x00")
 
-    add(MAGIC, _versions(), user_outputs, use_interpreter())
-    add(sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name not in _NOT_KEYED))
-    add(input_key(args))
-    for device in sorted({str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"}):
-        add(device, _device_facts(device))
-    _add_module(gm, add)
-    return h.hexdigest()
+    return add
 
 
-def key_or_none(gm: torch.fx.GraphModule, args: Sequence[Any], user_outputs: int | None) -> str | None:
+def options_digest() -> str:
+    """A hash of what, besides the graph and its inputs, decides what fuse generates: the
+    versions of Python, torch, Triton and fusebackend (its source files), every option but the
+    folders, and whether kernels run in the interpreter."""
+    options = sorted((f.name, getattr(config, f.name)) for f in dataclasses.fields(config) if f.name not in _NOT_KEYED)
+    return hashlib.sha256(repr((_versions(), options, use_interpreter())).encode()).hexdigest()
+
+
+def key_or_none(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None) -> str | None:
     """``graph_key``, or None where a value of the graph cannot be keyed (an attribute of a kind
     never seen): the graph is then compiled and not cached, never failed for it."""
     try:

@@ -5,6 +5,8 @@ that it imports Triton and the kernel modules only: ``fusebackend/__init__.py`` 
 imported (a worker starts in a fraction of a second, and creates no CUDA context: the target is
 given, not asked of a device). It reads one JSON job a line on stdin and answers one JSON line on
 stdout: ``{"id", "module", "path", "fn", "spec", "cache_dir", "target"}`` -> ``{"id", "ok", "error"}``.
+A job ``{"id", "launcher", "cache_dir"}`` builds the C launcher of a signature (a list of argument
+types) instead, where Triton builds one per signature (3.6 does, with a C compiler).
 
 ``spec`` is what Triton's ``jit_cache_hook`` was given when the parent specialized the kernel
 for its first launch (``serialize_specialization_data``: the signature, constexprs, attributes,
@@ -74,6 +76,22 @@ def compile_job(job: dict) -> None:
     triton.compile(source, target=GPUTarget(**target), options=options)
 
 
+def build_launcher(job: dict) -> None:
+    """Triton's C launcher for one kernel signature, into Triton's cache, where the parent's
+    first load of a kernel with that signature finds it (as Triton 3.6's ``CudaLauncher`` builds
+    it: only the argument types decide its source)."""
+    import triton
+    from triton.backends.nvidia import driver as nvidia
+    from triton.runtime.build import compile_module_from_src
+
+    if job.get("cache_dir"):
+        triton.knobs.cache.dir = job["cache_dir"]
+    signature = {i: _as_tuple(t) for i, t in enumerate(job["launcher"])}
+    source = nvidia.make_launcher({}, signature, None)
+    compile_module_from_src(src=source, name="__triton_launcher", library_dirs=nvidia.library_dirs(),
+                            include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
+
+
 def main() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
     _packages(sys.argv[1])
@@ -83,7 +101,7 @@ def main() -> None:
     for line in sys.stdin:
         job = json.loads(line)
         try:
-            compile_job(job)
+            build_launcher(job) if "launcher" in job else compile_job(job)
             reply = {"id": job["id"], "ok": True, "error": ""}
         except BaseException as exc:  # noqa: BLE001 - reported to the parent, which compiles it itself
             reply = {"id": job["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}

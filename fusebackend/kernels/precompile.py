@@ -19,9 +19,11 @@ from fusebackend.kernels.runtime import Launcher
 
 
 def precompile(kernels: list[tuple[Launcher, tuple[torch.dtype, ...], tuple[int, ...]]],
-               device: torch.device) -> None:
+               device: torch.device, in_workers: bool = True) -> None:
     """Compile a loaded graph's kernels to binaries now, several at once, rather than one by one
     at their first launches: ``(launcher, pointer dtypes, sizes)`` for each kernel.
+    ``in_workers=False`` (a graph from fuse's cache, whose binaries Triton has cached) skips
+    step 2: starting the workers would cost more than reading the binaries.
 
     Each kernel is specialized as its first launch will be (Triton's ``warmup``, each pointer
     given by its dtype and taken as 16-byte aligned as allocations are, the sizes as they are,
@@ -33,12 +35,14 @@ def precompile(kernels: list[tuple[Launcher, tuple[torch.dtype, ...], tuple[int,
        with a graph loaded before) has nothing to compile.
     2. Worker processes (``CompilePool``) compile those into Triton's on-disk cache, in parallel.
        Threads would not do: much of Triton's compile is Python (its code generator), which
-       holds the interpreter's lock.
+       holds the interpreter's lock. Where Triton builds a C launcher per signature (3.6 does,
+       with a C compiler, about half a second each), other workers build each signature's at
+       the same time.
     3. Threads then load each kernel as its first launch would (``warmup``: the binary from
        Triton's cache; ``_init_handles``: the module into the GPU's context, and its launcher,
-       which Triton builds with a C compiler once per signature and caches too).
+       from Triton's cache too).
 
-    A binary already in Triton's cache (a warm start) skips step 2's work. A kernel that fails
+    A kernel that fails
     in a worker is compiled in step 3; one that fails there is compiled again at its first
     launch, which raises (the graph falls back) as it did before. Nothing to do in the
     interpreter, or with ``config.compile_threads`` below 2.
@@ -52,14 +56,23 @@ def precompile(kernels: list[tuple[Launcher, tuple[torch.dtype, ...], tuple[int,
         launch = tuple(sorted(launcher.launch.items()))
         unique.setdefault((id(launcher.kernel), (dtypes, sizes, launcher.grid, launch)), k)
     kernels = [kernels[k] for k in unique.values()]
-    with torch.cuda.device(index):
-        specs = [_specialization(*k) for k in kernels]
+    specs: list[str | None] = [None] * len(kernels)
+    if in_workers:
+        with torch.cuda.device(index):
+            specs = [_specialization(*k) for k in kernels]
     workers = _worker_pool(threads)
+    # Triton 3.6 builds a C launcher per signature at a kernel's first load: the workers build
+    # them at once, while they compile the kernels (the signatures are the specializations')
+    signatures = [_launcher_signature(spec) for spec in specs]
+    building = {sig: _thread_pool(threads).submit(workers.build_launcher, sig)
+                for sig in dict.fromkeys(signatures) if sig is not None}
 
     def load(k: int) -> None:
         launcher, dtypes, sizes = kernels[k]
         if specs[k] is not None:
             workers.compile(launcher.kernel, specs[k])
+        if signatures[k] is not None:
+            building[signatures[k]].result()  # its launcher built, not built again here
         try:
             with torch.cuda.device(index):  # a thread's current device is its own
                 compiled = launcher.kernel.warmup(*dtypes, *sizes, grid=launcher.grid, **launcher.launch)
@@ -70,6 +83,29 @@ def precompile(kernels: list[tuple[Launcher, tuple[torch.dtype, ...], tuple[int,
             pass  # compiled at the first launch, which reports the error
 
     list(_thread_pool(threads).map(load, range(len(kernels))))
+
+
+def _launcher_signature(spec: str | None) -> tuple[Any, ...] | None:
+    """The argument types of a specialization (JSON) where this Triton builds a C launcher per
+    signature (3.6 does; 3.9 does not), else None."""
+    if spec is None or not _builds_launchers():
+        return None
+    import json
+
+    return tuple(_hashable(t) for t in json.loads(spec)["signature"].values())
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+@functools.cache
+def _builds_launchers() -> bool:
+    try:
+        from triton.backends.nvidia import driver as nvidia
+    except ImportError:
+        return False
+    return hasattr(nvidia, "make_launcher")
 
 
 def _specialization(launcher: Launcher, dtypes: tuple[torch.dtype, ...], sizes: tuple[int, ...]) -> str | None:
@@ -116,16 +152,24 @@ class CompilePool:
     def compile(self, kernel: Any, spec: str) -> bool:
         """Compile ``kernel`` (a ``@triton.jit`` function of a generated module) as ``spec``
         says; False where the worker failed (the caller compiles it itself)."""
-        import json
-        import triton
-
         module = sys.modules.get(kernel.fn.__module__)
         if module is None or not getattr(module, "__file__", None):
             return False
+        return self._run({"module": module.__name__, "path": module.__file__, "fn": kernel.fn.__name__,
+                          "spec": spec, "target": _target()}, kernel.fn.__name__)
+
+    def build_launcher(self, signature: tuple[Any, ...]) -> bool:
+        """Build the C launcher of kernels with these argument types (Triton 3.6's), as the
+        first load of such a kernel would; False where the worker failed."""
+        return self._run({"launcher": list(signature)}, f"launcher {signature}")
+
+    def _run(self, job: dict[str, Any], what: str) -> bool:
+        import json
+        import triton
+
         with self.lock:
             self.jobs += 1
-            job = {"id": self.jobs, "module": module.__name__, "path": module.__file__, "fn": kernel.fn.__name__,
-                   "spec": spec, "cache_dir": triton.knobs.cache.dir, "target": _target()}
+            job = {"id": self.jobs, "cache_dir": triton.knobs.cache.dir, **job}
         worker = self._take()
         if worker is None:
             return False
@@ -140,7 +184,7 @@ class CompilePool:
             return False
         self.idle.put(worker)
         if not reply.get("ok"):
-            self.failures.append(f"{kernel.fn.__name__}: {reply.get('error')}")
+            self.failures.append(f"{what}: {reply.get('error')}")
             del self.failures[:-20]
         return bool(reply.get("ok"))
 

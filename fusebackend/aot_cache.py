@@ -1,0 +1,170 @@
+"""AOTAutograd's half of a warm start: PyTorch's AOTAutograd cache, holding fuse's graphs.
+
+A second process that compiles a model Dynamo has traced before need not have AOTAutograd trace,
+functionalize, decompose and partition it again. PyTorch's AOTAutograd cache
+(``torch._functorch._aot_autograd.autograd_cache``) keeps what AOTAutograd made of a Dynamo graph
+(its runtime metadata and wrappers, and the compiled forward and backward) under a key of the
+Dynamo graph, its inputs and the compile configuration. Inductor's graphs go into an entry by
+reference to Inductor's own cache; another backend's go in "bundled": the compiled object, an
+``OutputCode``, is pickled into the entry. fuse's is ``FuseGraphCode``: the ATen graph
+AOTAutograd handed to fuse, with each node's traced value (``torch.fx._graph_pickler``), and how
+it is to be compiled. Loaded, it is a ``backend.FusedGraph`` again, whose first call finds its
+kernels in fuse's own cache (``cache.py``) by the graph's digest, without unpickling the graph,
+or unpickles and compiles it.
+
+AOTAutograd's entries are in Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, its
+``aotautograd`` folder), not in fuse's. fuse's versions and options are added to AOTAutograd's key
+through ``torch.compiler.config.cache_key_tag``: an entry of Inductor's is never taken for
+fuse's, nor one written by another fusebackend. ``FUSE_GRAPH_CACHE=0`` turns this cache off with
+fuse's own; so do PyTorch's switches for its caches (``TORCHINDUCTOR_AUTOGRAD_CACHE=0``,
+``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``). A graph AOTAutograd will not cache (its key cannot be
+made) is traced as without the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import pickle
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.fx
+from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+from torch._inductor.output_code import OutputCode
+
+from fusebackend import cache, metrics
+from fusebackend.config import config
+
+_graph_ids = itertools.count()
+
+
+def graph_name(kind: str) -> str:
+    """A new graph's name: its kind and a number unique in this process."""
+    return f"{kind}_{next(_graph_ids)}"
+
+
+class FuseGraphCode(OutputCode):
+    """What AOTAutograd gets from fuse for one of its graphs: a ``FusedGraph`` (it calls this
+    object with a list of inputs), and what an AOTAutograd cache entry keeps of it."""
+
+    def __init__(self, graph: Any, kind: str) -> None:
+        self.graph = graph  # backend.FusedGraph; None in a serialized copy
+        self.kind = kind  # forward, backward or inference
+        self.user_outputs: int | None = graph.user_outputs
+        # in a serialized copy: the ATen graph as bytes, its share of fuse's cache key, and
+        # whether it mutates an input (what FusedGraph needs before it has the graph)
+        self.pickled_gm: bytes | None = None
+        self.digest: str | None = None
+        self.mutates: bool | None = None
+        self._boxed_call = True  # called with one list of inputs (AOTAutograd's boxed convention)
+
+    def __call__(self, inputs: Sequence[Any]) -> Any:
+        return self.graph(inputs)
+
+    def prepare_for_serialization(self) -> None:
+        """Called on a copy before AOTAutograd pickles it: the graph as bytes, with each node's
+        traced value (``FusedGraph`` lowers from it and ``cache.module_digest`` hashes it)."""
+        gm = self.graph.gm
+        # called while AOTAutograd's fake mode is on: the graph's constants are real tensors
+        with torch.utils._python_dispatch._disable_current_modes():
+            self.pickled_gm = _pickle_graph(gm)
+            self.digest = cache.module_digest(gm)
+        self.mutates = self.graph.mutates
+        self.graph = None
+
+    def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
+        """Called after a cache hit: a ``FusedGraph`` again. It unpickles the graph only where
+        it needs it: where fuse's cache has it compiled, its first call loads the kernels by the
+        digest alone."""
+        if self.graph is not None:
+            return
+        from torch._guards import detect_fake_mode
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from fusebackend.backend import FusedGraph
+
+        fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+        pickled, self.pickled_gm = self.pickled_gm, None
+
+        def make_gm() -> torch.fx.GraphModule:
+            from torch.fx._graph_pickler import GraphPickler
+
+            graph, constants = pickle.loads(pickled)
+            gm = GraphPickler.loads(graph, fake_mode)
+            assert isinstance(gm, torch.fx.GraphModule)
+            for target, (value, device) in constants.items():
+                _set_attribute(gm, target, value.to(device))
+            return gm
+
+        self.graph = FusedGraph(make_gm, graph_name(self.kind), to_dynamo_graph=self.kind != "backward",
+                                user_outputs=self.user_outputs, digest=self.digest, mutates=self.mutates)
+        metrics.aot_cache_hits += self.kind != "backward"  # one per Dynamo graph
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        pass  # the kernels' binaries are in Triton's own cache
+
+
+def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
+    """The graph with its nodes' traced values (``torch.fx._graph_pickler``), and its constant
+    tensors beside it: GraphPickler keeps a tensor's description, not its values (it is made for
+    graphs of fake tensors)."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    constants = _constant_tensors(gm)
+    saved = {target: (value.detach().cpu(), str(value.device)) for target, value in constants.items()}
+    for target in constants:
+        _set_attribute(gm, target, None)
+    try:
+        graph = GraphPickler.dumps(gm, Options(node_metadata_key_filter=lambda key: key == "val"))
+    finally:
+        for target, value in constants.items():
+            _set_attribute(gm, target, value)
+    return pickle.dumps((graph, saved))
+
+
+def _constant_tensors(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
+    """The tensors the graph reads with get_attr, by target."""
+    found = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value: Any = gm
+            for part in str(node.target).split("."):
+                value = getattr(value, part, None)
+            if isinstance(value, torch.Tensor):
+                found[str(node.target)] = value
+    return found
+
+
+def _set_attribute(gm: torch.nn.Module, target: str, value: Any) -> None:
+    *path, name = target.split(".")
+    owner: Any = gm
+    for part in path:
+        owner = getattr(owner, part)
+    if isinstance(value, torch.Tensor) and name in owner._buffers:
+        owner._buffers[name] = value
+    else:
+        setattr(owner, name, value)
+
+
+def serializable(kind: str, compile_fn: Callable[[torch.fx.GraphModule, Sequence[Any]], Any]) -> Callable[..., Any]:
+    """``compile_fn`` (which makes a ``FusedGraph``) as AOTAutograd's cache takes a compiler."""
+
+    def compile_code(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FuseGraphCode:
+        return FuseGraphCode(compile_fn(gm, example_inputs), kind)
+
+    return SerializableAOTDispatchCompiler(FuseGraphCode, compile_code)
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[bool]:
+    """Around AOTAutograd's call: its cache on, in bundled form, under a key with fuse's versions
+    and options. Yields whether it is on."""
+    if not config.graph_cache:
+        yield False
+        return
+    tag = torch.compiler.config.cache_key_tag
+    fuse_tag = f"fusebackend {cache.options_digest()}"
+    with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+            torch.compiler.config.patch(cache_key_tag=f"{tag} {fuse_tag}" if tag else fuse_tag):
+        yield True
