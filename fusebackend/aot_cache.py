@@ -125,15 +125,8 @@ def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
 
 def _constant_tensors(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:
     """The tensors the graph reads with get_attr, by target."""
-    found = {}
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value: Any = gm
-            for part in str(node.target).split("."):
-                value = getattr(value, part, None)
-            if isinstance(value, torch.Tensor):
-                found[str(node.target)] = value
-    return found
+    found = {str(node.target): cache.attribute(gm, str(node.target)) for node in gm.graph.nodes if node.op == "get_attr"}
+    return {target: value for target, value in found.items() if isinstance(value, torch.Tensor)}
 
 
 def _set_attribute(gm: torch.nn.Module, target: str, value: Any) -> None:
@@ -157,14 +150,14 @@ def serializable(kind: str, compile_fn: Callable[[torch.fx.GraphModule, Sequence
 
 
 @contextlib.contextmanager
-def enabled() -> Iterator[bool]:
-    """Around AOTAutograd's call: its cache on, in bundled form, under a key with fuse's versions
-    and options. Yields whether it is on."""
+def enabled() -> Iterator[None]:
+    """Around AOTAutograd's call: its cache on (unless fuse's is off), in bundled form, under a key
+    with fuse's versions and options."""
     if not config.graph_cache:
-        yield False
+        yield
         return
     tag = torch.compiler.config.cache_key_tag
     fuse_tag = f"fusebackend {cache.options_digest()}"
     with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
             torch.compiler.config.patch(cache_key_tag=f"{tag} {fuse_tag}" if tag else fuse_tag):
-        yield True
+        yield

@@ -112,8 +112,7 @@ class FusedGraph:
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""
-                graph = self._gm if self._gm is not None else (lambda: self.gm)
-                compiled = compile_graph(graph, args, self.name + suffix, self.user_outputs, self.digest)
+                compiled = compile_graph(lambda: self.gm, args, self.name + suffix, self.user_outputs, self.digest)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
             except Exception as exc:  # any compile failure: the graph still runs, eagerly

@@ -136,7 +136,7 @@ def _add_module(gm: torch.fx.GraphModule, add: Any) -> None:
     for node in gm.graph.nodes:
         add(node.op, node.name, str(node.target), node.args, node.kwargs, _describe(node.meta.get("val")))
         if node.op == "get_attr":
-            value = _attribute(gm, str(node.target))
+            value = attribute(gm, str(node.target))
             if isinstance(value, torch.fx.GraphModule):
                 _add_module(value, add)
             elif isinstance(value, torch.Tensor):
@@ -145,7 +145,8 @@ def _add_module(gm: torch.fx.GraphModule, add: Any) -> None:
                 add(type(value).__name__, repr(value))
 
 
-def _attribute(gm: torch.nn.Module, target: str) -> Any:
+def attribute(gm: torch.nn.Module, target: str) -> Any:
+    """The module's attribute at a dotted get_attr target; None where there is none."""
     value: Any = gm
     for part in target.split("."):
         value = getattr(value, part, None)
