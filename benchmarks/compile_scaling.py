@@ -99,7 +99,7 @@ def capture_graphs(model: str, size: str = "tiny", train: bool = False, batch: i
     mode = "train" if train else "inference"
     graphs: list[Captured] = []
     with fusebackend.config.patch(conv_layout="channels_last"), _capturing(graphs, f"{model}_{mode}"):
-        compiled = torch.compile(built.model, backend="fuse")
+        compiled = torch.compile(built.model, backend=fusebackend.fuse)  # runs from a checkout not installed
         if train:
             built.model.train()
             built.loss(compiled(**_cut_batch(built.train_inputs, batch))).backward()

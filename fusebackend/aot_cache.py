@@ -95,6 +95,7 @@ class FuseGraphCode(OutputCode):
             assert isinstance(gm, torch.fx.GraphModule)
             for target, (value, device) in constants.items():
                 _set_attribute(gm, target, value.to(device))
+            gm.recompile()  # GraphPickler's module has no forward: run eagerly (a fallback), it needs one
             return gm
 
         self.graph = FusedGraph(make_gm, graph_name(self.kind), to_dynamo_graph=self.kind != "backward",

@@ -257,6 +257,39 @@ def test_a_graph_from_aotautograds_cache_without_fuses_entry_is_compiled_from_it
     assert (m.aot_cache_hits, m.cache_misses, m.cache_hits) == (2, 2, 1)
 
 
+def test_a_graph_from_aotautograds_cache_that_fuse_cannot_compile_runs_eagerly(monkeypatch: Any) -> None:
+    from fusebackend import backend
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 3))
+    x = torch.randn(5, 6)
+
+    def grads(call: Any) -> list[torch.Tensor]:
+        model.zero_grad()
+        call(x).pow(2).sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    want = grads(model)
+    grads(torch.compile(model, backend="fuse"))  # both caches filled
+    for path in _entries():
+        os.remove(path)
+    compile_graph = backend.compile_graph
+
+    def no_backward(gm: Any, args: Any, name: str, *rest: Any) -> Any:
+        if name.startswith("backward"):
+            raise RuntimeError("no kernel for this")
+        return compile_graph(gm, args, name, *rest)
+
+    monkeypatch.setattr(backend, "compile_graph", no_backward)
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="running this graph's ATen ops eagerly"):
+        got = grads(torch.compile(model, backend="fuse"))
+    m = fusebackend.metrics
+    assert (m.aot_cache_hits, m.eager_graphs) == (1, 1)  # the backward graph, unpickled, ran op by op
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
 def _with_constants(x: torch.Tensor) -> torch.Tensor:
     # tensors made in the function: the ATen graph reads them as constants (get_attr)
     return torch.relu(x * torch.tensor(3.0) + torch.tensor([1.0, -2.0, 0.5, 4.0, -1.0])).sum(0)
