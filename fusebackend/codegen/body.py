@@ -51,6 +51,15 @@ class KernelSource:
 class _Scope:
     cse: dict[str, str] = dataclasses.field(default_factory=dict)
     lines: list[str] = dataclasses.field(default_factory=list)
+    # (id of an IR expression, its substitution, the guard) -> (the expression, its temp or
+    # literal): see KernelBody.value
+    values: dict[tuple, tuple[ir.Expr, str]] = dataclasses.field(default_factory=dict)
+
+
+# What a rendered value depends on besides its expression, substitution and guard: setting one
+# of these forgets every value rendered (KernelBody.__setattr__).
+_RENDER_STATE = frozenset({"ranges", "blocks", "lanes", "eviction", "x_symbols", "x_zero", "rank", "element_loads",
+                           "exact"})
 
 
 class KernelBody:
@@ -84,6 +93,12 @@ class KernelBody:
         self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
         self.lanes: tuple[sympy.Symbol, int] | None = None  # see align_blocks
         self._inlined_bodies: dict[tuple, ir.Expr] = {}  # see _inlined
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _RENDER_STATE and "scopes" in self.__dict__:
+            for scope in self.scopes:
+                scope.values.clear()
+        object.__setattr__(self, name, value)
 
     # ----------------------------------------------------------------------------- scopes
     def push(self) -> None:
@@ -187,11 +202,27 @@ class KernelBody:
 
     # ------------------------------------------------------------------------ expressions
     def value(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
-        """Render ``expr`` with loop variables replaced by ``subst``; returns a temp or literal."""
+        """Render ``expr`` with loop variables replaced by ``subst``; returns a temp or literal.
+
+        An expression object rendered before with the same substitution and guard, in this scope
+        or one around it, gives the same temporary without being walked again. Inlined producers
+        make a kernel's expressions a graph that shares subtrees (``_inlined`` hands every
+        consumer of one element the same body): walked as a tree, a chain of producers each read
+        twice is rendered exponentially often, although CSE names it once."""
         if isinstance(expr, ir.Constant):
             return render_literal(expr.value, expr.dtype)
         if isinstance(expr, ir.Rendered):
             return expr.name
+        key = (id(expr), tuple(subst.items()), self.guard)
+        for scope in reversed(self.scopes):
+            hit = scope.values.get(key)
+            if hit is not None:
+                return hit[1]
+        rendered = self._render(expr, subst)
+        self.scopes[-1].values[key] = (expr, rendered)  # the expression kept: its id stays its own
+        return rendered
+
+    def _render(self, expr: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         if isinstance(expr, ir.IndexValue):
             idx = self.index(sympy.sympify(expr.index).xreplace(subst))
             dims = self.index_dims(idx)

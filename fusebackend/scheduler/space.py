@@ -107,7 +107,7 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
         ranges = {X: max(numel, 1)}
         mapping = {n.name: _row_mapping(n.buffer, ranges) for n in nodes if n.name in stored}
         space = KernelSpace(numel, 1, None, mapping)
-        _check_rows(nodes, space)  # no row values here, but gathers must read from memory
+        _check_gathers(nodes)  # no row values here, but gathers must read from memory
         return space
 
     anchor = reductions[0]
@@ -186,6 +186,18 @@ def is_row_value(node: ir.Node, space: KernelSpace) -> bool:
     return isinstance(node, ir.Reduction) or (
         space.anchor is not None and node.buffer.numel == space.xnumel and node.name in space.mapping
     )
+
+
+def _check_gathers(nodes: Sequence[ir.Node]) -> None:
+    """No gather reads the kernel: ``_check_rows`` for a kernel without row values, where what
+    it finds does not depend on the indices. Every node of a group that is not stored is read by
+    another of the group, so looking at each node's loads once finds what walking the loads from
+    the stored nodes would, without walking a producer again for each index it is read at."""
+    names = {n.name for n in nodes}
+    for node in nodes:
+        for load in ir.loads(node.body):
+            if load.view.buffer.name in names and not isinstance(load, ir.Load) and load.computed_index() is None:
+                raise SpaceError(f"{node.name} gathers from {load.view.buffer.name}, which must be in memory")
 
 
 def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
