@@ -176,7 +176,7 @@ def test_zoo_runner_tiny_smoke(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
     assert saved["environment"]["modes"] == ["inference", "train"]
     assert all(v["host_ms"] > 0 for r in saved["rows"] for v in r["variants"])
     assert "| gpt2 | train |" in (tmp_path / "zoo_tiny.md").read_text()
-    stages = [line for line in (tmp_path / "zoo_tiny.md").read_text().splitlines() if line.startswith("- gpt2 (train): ")]
+    stages = [line for line in (tmp_path / "zoo_tiny.md").read_text().splitlines() if line.startswith("- gpt2 (train), fuse: ")]
     assert len(stages) == 1 and " lower " in stages[0] and "(0 graphs from the cache, " in stages[0], stages
     assert (tmp_path / "zoo_tiny.png").read_bytes()[:8] == PNG_MAGIC
     assert "geomean speedup over eager, all: fuse" in capsys.readouterr().out

@@ -253,16 +253,18 @@ def summary(rows: Sequence["ZooRow"]) -> str:
 
 
 def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
-    """One line per row of fuse's first call split by stage (``VariantStats.compile_stages``)."""
+    """One line per row and compiled variant of its first call split by stage
+    (``VariantStats.compile_stages``)."""
     out = []
     for r in rows:
-        f = r.fuse
-        if f is not None and f.compile_stages:
-            parts = ", ".join(f"{k} {v:.2f}" for k, v in f.compile_stages.items())
-            graphs = "" if f.cache_hits is None else (
-                f" ({f.cache_hits} graphs from the cache, {f.cache_misses} compiled; "
-                f"{f.aot_cache_hits} AOTAutograd results from its cache)")
-            out.append(f"{r.model} ({r.mode}): {parts}{graphs}")
+        for v in (r.inductor, r.fuse):
+            if v is None or not v.compile_stages:
+                continue
+            parts = ", ".join(f"{k} {s:.2f}" for k, s in v.compile_stages.items())
+            graphs = "" if v.cache_hits is None else (
+                f" ({v.cache_hits} graphs from the cache, {v.cache_misses} compiled; "
+                f"{v.aot_cache_hits} AOTAutograd results from its cache)")
+            out.append(f"{r.model} ({r.mode}), {v.variant}: {parts}{graphs}")
     return out
 
 
@@ -285,10 +287,12 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
         lines += [""] + [f"{t}  " for t in text.splitlines()]
     stages = compile_stage_lines(rows)
     if stages:
-        lines += ["", "## fuse's first call by stage (s)", "",
+        lines += ["", "## The first call by stage (s)", "",
                   "dynamo: Dynamo's tracing; aot: AOTAutograd's; cache: the key and the lookup; store: the entry "
-                  "written; triton: Triton's compile (or its cache's load) of the kernels; other: the rest of the "
-                  "first call (the model's Python, the ATen calls, the run).", ""] + [f"- {t}" for t in stages]
+                  "written; triton: Triton's compile (or its cache's load) of the kernels; inductor: Inductor's "
+                  "compile of its graphs (Dynamo's timers); backend (a training step under Inductor): AOTAutograd "
+                  "and the forward's compile; other: the rest of the first call (the model's Python, the ATen "
+                  "calls, the run).", ""] + [f"- {t}" for t in stages]
     notes = messages(rows)
     notes += [f"{r.model} ({r.mode}) {r.status}: {r.message}" for r in rows if r.status != "ok" and r.message]
     if notes:

@@ -70,7 +70,8 @@ class VariantStats:
     round_ms: list[float] = dataclasses.field(default_factory=list)  # each round's median (run_model)
     first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
     # fuse: the first call's seconds by stage (fusebackend.metrics.stage_seconds: dynamo, aot, cache,
-    # lower, ..., triton), and "other": the rest of the first call (the model's Python, the ATen calls)
+    # lower, ..., triton), and "other": the rest of the first call (the model's Python, the ATen calls);
+    # Inductor: dynamo, aot and inductor from Dynamo's timers (inductor_stages)
     compile_stages: dict[str, float] = dataclasses.field(default_factory=dict)
     cache_hits: int | None = None  # fuse: graphs of the first call loaded from its on-disk cache
     cache_misses: int | None = None  # fuse: graphs of the first call compiled (and stored)
@@ -140,6 +141,37 @@ def compile_stages(stages: dict[str, float], first_call_s: float | None) -> dict
     if first_call_s is not None:
         out["other"] = round(max(first_call_s - sum(stages.values()), 0.0), 3)
     return out
+
+
+def _dynamo_timers() -> dict[str, list[float]]:
+    """Dynamo's record of timed compile steps (``torch._dynamo.utils.compilation_time_metrics``)."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return compilation_time_metrics
+
+
+def inductor_stages(before: dict[str, int], first_call_s: float | None, train: bool) -> dict[str, float]:
+    """Inductor's first call by stage from Dynamo's timers (entries added since ``before``, each
+    timer's length then): ``dynamo``, the frames less the backend; ``aot``, the backend less
+    Inductor's own compile (``compile_fx_inner``); ``inductor``, that compile; ``other``, the
+    rest. A training step's backward is compiled outside the frame: its stages are ``dynamo``
+    and ``backend`` (AOTAutograd and the forward's compile), and the backward's compile is in
+    ``other``."""
+    timers = _dynamo_timers()
+
+    def added(name: str) -> float:
+        return sum(timers.get(name, [])[before.get(name, 0):])
+
+    backend = added("OutputGraph.call_user_compiler")
+    stages = {"dynamo": max(added("_compile.compile_inner") - backend, 0.0)}
+    if train:
+        stages["backend"] = backend
+    else:
+        own = added("compile_fx_inner")
+        stages.update(aot=max(backend - own, 0.0), inductor=own)
+    return compile_stages(stages, first_call_s)
 
 
 def _reset() -> None:
@@ -343,7 +375,10 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             fusebackend.metrics.reset()
             fusebackend.dump.clear()
             step = make_step(built, _compiler(variant)(built.model))
+            timers = {name: len(entries) for name, entries in _dynamo_timers().items()}
             out, stats.first_call_s = _timed(lambda: _snapshot(step()), options.device)
+            if variant == "inductor":
+                stats.compile_stages = inductor_stages(timers, stats.first_call_s, train)
             if variant == "fuse":
                 m = fusebackend.metrics
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
