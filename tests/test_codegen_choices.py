@@ -19,6 +19,28 @@ from helpers import check, kernels
 bf16 = torch.bfloat16
 
 
+# ------------------------------------------------------------------------- shared values
+
+
+def _chain(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(12):  # each value read three times by the next: 3**12 paths through the chain
+        x = x * torch.sin(x) + x
+    return x
+
+
+def test_a_value_read_by_several_inlined_consumers_is_rendered_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusebackend.codegen.body import KernelBody
+
+    renders = []
+    render = KernelBody._render
+    monkeypatch.setattr(KernelBody, "_render", lambda self, expr, subst: renders.append(expr) or render(self, expr, subst))
+    with fusebackend.config.patch(graph_cache=False):
+        check(_chain, torch.randn(37) * 0.5)
+    (source,) = kernels().values()  # one kernel: every step inlined into the store
+    assert source.count("tl_math.sin(") + source.count("tl.sin(") == 12, source
+    assert len(renders) < 100, len(renders)  # once per IR expression, not once per path
+
+
 # ------------------------------------------------------------------------------------ masks
 
 
