@@ -69,12 +69,19 @@ def reset() -> None:
 _dynamo_seen = [0, 0]
 
 
+def dynamo_timers() -> dict[str, list[float]]:
+    """Dynamo's own record of its timed compile steps, each a list of seconds by name
+    (``torch._dynamo.utils.compilation_time_metrics``); empty where torch has none."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:  # another torch: no dynamo stage
+        return {}
+    return compilation_time_metrics
+
+
 def _dynamo_times() -> tuple[list[float], list[float]]:
     """Dynamo's own record of each frame's compile, and of the backend call within it."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics as times
-    except ImportError:  # another torch: no dynamo stage
-        return [], []
+    times = dynamo_timers()
     return list(times.get("_compile.compile_inner", [])), list(times.get("OutputGraph.call_user_compiler", []))
 
 

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import fusebackend  # noqa: E402
 from benchmarks import compile_time  # noqa: E402
 from benchmarks.zoo import run  # noqa: E402
 
@@ -16,7 +17,7 @@ from benchmarks.zoo import run  # noqa: E402
 def test_inductors_first_call_is_split_by_dynamos_timers(monkeypatch: pytest.MonkeyPatch) -> None:
     timers = {"_compile.compile_inner": [9.0, 5.0, 1.5], "OutputGraph.call_user_compiler": [8.0, 4.0, 1.0],
               "compile_fx_inner": [7.0, 3.0, 0.25]}
-    monkeypatch.setattr(run, "_dynamo_timers", lambda: timers)
+    monkeypatch.setattr(fusebackend.metrics, "dynamo_timers", lambda: timers)
     before = {"_compile.compile_inner": 1, "OutputGraph.call_user_compiler": 1, "compile_fx_inner": 1}
     # two frames since `before`: 6.5 s in them, 5 s of it the backend, 3.25 s of that Inductor's own
     assert run.inductor_stages(before, 7.0, train=False) == {"dynamo": 1.5, "aot": 1.75, "inductor": 3.25, "other": 0.5}

@@ -143,15 +143,6 @@ def compile_stages(stages: dict[str, float], first_call_s: float | None) -> dict
     return out
 
 
-def _dynamo_timers() -> dict[str, list[float]]:
-    """Dynamo's record of timed compile steps (``torch._dynamo.utils.compilation_time_metrics``)."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics
-    except ImportError:
-        return {}
-    return compilation_time_metrics
-
-
 def inductor_stages(before: dict[str, int], first_call_s: float | None, train: bool) -> dict[str, float]:
     """Inductor's first call by stage from Dynamo's timers (entries added since ``before``, each
     timer's length then): ``dynamo``, the frames less the backend; ``aot``, the backend less
@@ -159,7 +150,7 @@ def inductor_stages(before: dict[str, int], first_call_s: float | None, train: b
     rest. A training step's backward is compiled outside the frame: its stages are ``dynamo``
     and ``backend`` (AOTAutograd and the forward's compile), and the backward's compile is in
     ``other``."""
-    timers = _dynamo_timers()
+    timers = fusebackend.metrics.dynamo_timers()
 
     def added(name: str) -> float:
         return sum(timers.get(name, [])[before.get(name, 0):])
@@ -375,7 +366,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             fusebackend.metrics.reset()
             fusebackend.dump.clear()
             step = make_step(built, _compiler(variant)(built.model))
-            timers = {name: len(entries) for name, entries in _dynamo_timers().items()}
+            timers = {name: len(entries) for name, entries in fusebackend.metrics.dynamo_timers().items()}
             out, stats.first_call_s = _timed(lambda: _snapshot(step()), options.device)
             if variant == "inductor":
                 stats.compile_stages = inductor_stages(timers, stats.first_call_s, train)
