@@ -62,7 +62,7 @@ def _capturing(into: list[Captured], prefix: str) -> Iterator[None]:
     """Record every graph the backend would compile, and run it eagerly instead."""
 
     def capture(gm: Any, args: Sequence[Any], name: str, user_outputs: int | None = None,
-                digest: str | None = None) -> Any:
+                digest: str | None = None, autotune: bool = False) -> Any:
         if not isinstance(gm, torch.fx.GraphModule):  # a graph from AOTAutograd's cache, made when asked
             gm = gm()
         into.append(Captured(f"{prefix}_{len(into)}", gm, list(args), user_outputs))

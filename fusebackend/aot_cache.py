@@ -33,8 +33,9 @@ import torch.fx
 from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._inductor.output_code import OutputCode
 
-from fusebackend import cache, metrics
+from fusebackend import cache, cudagraphs, metrics
 from fusebackend.config import config
+from fusebackend.modes import Mode
 
 _graph_ids = itertools.count()
 
@@ -46,11 +47,14 @@ def graph_name(kind: str) -> str:
 
 class FuseGraphCode(OutputCode):
     """What AOTAutograd gets from fuse for one of its graphs: a ``FusedGraph`` (it calls this
-    object with a list of inputs), and what an AOTAutograd cache entry keeps of it."""
+    object with a list of inputs), its CUDA graph plan in reduce-overhead mode, and what an
+    AOTAutograd cache entry keeps of them."""
 
-    def __init__(self, graph: Any, kind: str) -> None:
+    def __init__(self, graph: Any, kind: str, mode: Mode, capture: cudagraphs.Capture | None) -> None:
         self.graph = graph  # backend.FusedGraph; None in a serialized copy
         self.kind = kind  # forward, backward or inference
+        self.mode = mode  # torch.compile's mode and options (modes.py)
+        self.capture = capture  # how its calls are recorded (cudagraphs.py); None: never
         self.user_outputs: int | None = graph.user_outputs
         # in a serialized copy: the ATen graph as bytes, its share of fuse's cache key, and
         # whether it mutates an input (what FusedGraph needs before it has the graph)
@@ -58,9 +62,15 @@ class FuseGraphCode(OutputCode):
         self.digest: str | None = None
         self.mutates: bool | None = None
         self._boxed_call = True  # called with one list of inputs (AOTAutograd's boxed convention)
+        self._call: Callable[[list[Any]], Any] | None = None
+        self._arm()
 
-    def __call__(self, inputs: Sequence[Any]) -> Any:
-        return self.graph(inputs)
+    def _arm(self) -> None:
+        """What a call runs: the graph, or its CUDA graph replays (``cudagraphs.wrap``)."""
+        self._call = self.graph if self.capture is None else cudagraphs.wrap(self.graph, self.capture, self.graph.name)
+
+    def __call__(self, inputs: list[Any]) -> Any:
+        return self._call(inputs)
 
     def prepare_for_serialization(self) -> None:
         """Called on a copy before AOTAutograd pickles it: the graph as bytes, with each node's
@@ -72,6 +82,7 @@ class FuseGraphCode(OutputCode):
             self.digest = cache.module_digest(gm)
         self.mutates = self.graph.mutates
         self.graph = None
+        self._call = None
 
     def post_compile(self, example_inputs: Sequence[Any], constants: Any, graph_kwargs: Any) -> None:
         """Called after a cache hit: a ``FusedGraph`` again. It unpickles the graph only where
@@ -99,7 +110,9 @@ class FuseGraphCode(OutputCode):
             return gm
 
         self.graph = FusedGraph(make_gm, graph_name(self.kind), to_dynamo_graph=self.kind != "backward",
-                                user_outputs=self.user_outputs, digest=self.digest, mutates=self.mutates)
+                                user_outputs=self.user_outputs, digest=self.digest, mutates=self.mutates,
+                                autotune=self.mode.autotune)
+        self._arm()
         metrics.aot_cache_hits += self.kind != "backward"  # one per Dynamo graph
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
@@ -141,24 +154,20 @@ def _set_attribute(gm: torch.nn.Module, target: str, value: Any) -> None:
         setattr(owner, name, value)
 
 
-def serializable(kind: str, compile_fn: Callable[[torch.fx.GraphModule, Sequence[Any]], Any]) -> Callable[..., Any]:
-    """``compile_fn`` (which makes a ``FusedGraph``) as AOTAutograd's cache takes a compiler."""
-
-    def compile_code(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FuseGraphCode:
-        return FuseGraphCode(compile_fn(gm, example_inputs), kind)
-
-    return SerializableAOTDispatchCompiler(FuseGraphCode, compile_code)
+def serializable(compile_fn: Callable[[torch.fx.GraphModule, Sequence[Any]], FuseGraphCode]) -> Callable[..., Any]:
+    """``compile_fn`` (which makes a ``FuseGraphCode``) as AOTAutograd's cache takes a compiler."""
+    return SerializableAOTDispatchCompiler(FuseGraphCode, compile_fn)
 
 
 @contextlib.contextmanager
-def enabled() -> Iterator[None]:
+def enabled(mode: Mode) -> Iterator[None]:
     """Around AOTAutograd's call: its cache on (unless fuse's is off), in bundled form, under a key
-    with fuse's versions and options."""
+    with fuse's versions, options and ``mode``."""
     if not config.graph_cache:
         yield
         return
     tag = torch.compiler.config.cache_key_tag
-    fuse_tag = f"fusebackend {cache.options_digest()}"
+    fuse_tag = f"fusebackend {cache.options_digest()} {mode.tag()}".rstrip()
     with torch._functorch.config.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
             torch.compiler.config.patch(cache_key_tag=f"{tag} {fuse_tag}" if tag else fuse_tag):
         yield

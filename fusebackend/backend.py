@@ -18,6 +18,7 @@ kernel asserts against as eager checks it), eager's error propagates and the gra
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -26,8 +27,9 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import aot_cache, metrics
+from fusebackend import aot_cache, cudagraphs, metrics
 from fusebackend.decompositions import decomposition_table, whole_ops
+from fusebackend.modes import Mode
 from fusebackend.pipeline import compile_graph
 from fusebackend.signature import SignatureCheck, input_key
 from fusebackend.splitting import split_at_failure
@@ -55,10 +57,11 @@ class FusedGraph:
 
     def __init__(self, gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], name: str,
                  to_dynamo_graph: bool = False, user_outputs: int | None = None,
-                 digest: str | None = None, mutates: bool | None = None) -> None:
+                 digest: str | None = None, mutates: bool | None = None, autotune: bool = False) -> None:
         """``gm`` may be a function that makes the graph, given with its ``cache.module_digest``
         and whether it mutates its inputs (a graph loaded from AOTAutograd's cache): it is then
-        made only where it is lowered or run eagerly, not where fuse's cache has it compiled."""
+        made only where it is lowered or run eagerly, not where fuse's cache has it compiled.
+        ``autotune``: its kernels time launch configurations (``mode="max-autotune"``)."""
         # Called with one list of inputs that it may clear (AOTAutograd's boxed convention); an
         # instance attribute, so that wrappers made with functools.wraps carry it too.
         self._boxed_call = True
@@ -75,6 +78,7 @@ class FusedGraph:
         # the last signature that ran, checked without building its key (signature.py)
         self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
+        self.autotune = autotune
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -112,7 +116,8 @@ class FusedGraph:
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""
-                compiled = compile_graph(lambda: self.gm, args, self.name + suffix, self.user_outputs, self.digest)
+                compiled = compile_graph(lambda: self.gm, args, self.name + suffix, self.user_outputs, self.digest,
+                                         self.autotune)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
@@ -146,14 +151,34 @@ def graph_mutates(gm: torch.fx.GraphModule) -> bool:
     )
 
 
-def _compiler(kind: str) -> Callable[[torch.fx.GraphModule, Sequence[Any]], Any]:
-    def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> FusedGraph:
+class _Captures:
+    """The CUDA graph plans (``cudagraphs.plan``) of one Dynamo graph's forward and backward: a
+    backward is captured only where its forward is."""
+
+    def __init__(self, mode: Mode, dynamo_inputs: int) -> None:
+        self.mode = mode
+        self.dynamo_inputs = dynamo_inputs
+        self.forward: cudagraphs.Capture | None = None
+
+    def plan(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], kind: str) -> cudagraphs.Capture | None:
+        if not self.mode.cudagraphs:
+            return None
+        capture = cudagraphs.plan(gm, example_inputs, kind, self.dynamo_inputs,
+                                  self.forward if kind == "backward" else None)
+        if kind == "forward":
+            self.forward = capture
+        return capture
+
+
+def _compiler(kind: str, captures: _Captures) -> Callable[[torch.fx.GraphModule, Sequence[Any]], Any]:
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> aot_cache.FuseGraphCode:
         user_outputs = _forward_returns() if kind == "forward" else None
-        return FusedGraph(gm, aot_cache.graph_name(kind), to_dynamo_graph=kind != "backward",
-                          user_outputs=user_outputs)
+        graph = FusedGraph(gm, aot_cache.graph_name(kind), to_dynamo_graph=kind != "backward",
+                           user_outputs=user_outputs, autotune=captures.mode.autotune)
+        return aot_cache.FuseGraphCode(graph, kind, captures.mode, captures.plan(gm, example_inputs, kind))
 
     # AOTAutograd's cache keeps the graph (aot_cache.py); a FusedGraph compiles when first called
-    return aot_cache.serializable(kind, compile_fn)
+    return aot_cache.serializable(compile_fn)
 
 
 def _forward_returns() -> int | None:
@@ -193,18 +218,21 @@ def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[.
     return gm
 
 
-def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``."""
+def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | None = None,
+         options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``, with ``mode`` and
+    ``options`` as ``torch.compile`` passes them (``modes.py``)."""
+    parsed = Mode.parse(mode, options)  # an unknown mode or option raises here
     try:
         # upsampling reaches the graphs as ops (decompositions.py); AOTAutograd's result may
         # come from its cache (aot_cache.py)
-        with whole_ops(), aot_cache.enabled(), metrics.timed("aot"):
-            compiled = _aot_backend()(gm, example_inputs)
+        with whole_ops(), aot_cache.enabled(parsed), metrics.timed("aot"):
+            compiled = _aot_backend(_Captures(parsed, len(example_inputs)))(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)
     except Exception as exc:  # AOTAutograd could not trace it
         # the op that failed runs alone, eagerly; the graph around it is still compiled
-        split = split_at_failure(gm, exc, fuse)
+        split = split_at_failure(gm, exc, functools.partial(fuse, mode=mode, options=options))
         if split is not None:
             return split
         return _eager_after_warning(gm, exc)
@@ -212,11 +240,11 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..
     return torch._dynamo.disable(_DynamoGraphOnFailure(gm, compiled))
 
 
-def _aot_backend() -> Callable[..., Any]:
+def _aot_backend(captures: _Captures) -> Callable[..., Any]:
     return aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
+        fw_compiler=_compiler("forward", captures),
+        bw_compiler=_compiler("backward", captures),
+        inference_compiler=_compiler("inference", captures),
         decompositions=decomposition_table(),
         partition_fn=min_cut_rematerialization_partition,
         # copy_ into inputs that need no gradient (batch norm's running statistics) stays in the

@@ -76,7 +76,8 @@ class Config:
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)
     # FUSE_REUSE_BUFFERS: 0 allocates every kernel output new, where the wrapper's memory plan
-    # would hand it the memory of a buffer that died before it (codegen/memory.py).
+    # would hand it the memory of a buffer that died before it, or of the input its kernel
+    # reads for the last time (codegen/memory.py).
     reuse_buffers: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_REUSE_BUFFERS", 1) != 0)
     # FUSE_CHECK_KERNELS: 1 compiles graphs that, on every call, compare each buffer a kernel or
     # ATen call stores with the value eager computes for the same ATen node, and record the

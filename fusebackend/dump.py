@@ -25,6 +25,9 @@ class CompiledArtifacts:
     wrapper: str
     stage_seconds: dict[str, float]
     dump_path: str | None = None
+    # mode="max-autotune": each tuned kernel's candidates, their times and the choice, as text
+    # (kernels/autotune.py); filled in at the kernels' first calls
+    autotune: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def kernel_count(self) -> int:
@@ -36,6 +39,8 @@ class CompiledArtifacts:
         for name, src in self.kernels.items():
             parts += [f"== kernel {name} ==", src]
         parts += ["== wrapper ==", self.wrapper]
+        if self.autotune:
+            parts += ["== autotune ==", autotune_text(self.autotune)]
         return "\n".join(parts)
 
 
@@ -47,6 +52,18 @@ def record(artifacts: CompiledArtifacts) -> None:
     del _history[:-256]
     if config.dump_dir:
         artifacts.dump_path = write(artifacts, config.dump_dir)
+
+
+def note_autotune(artifacts: CompiledArtifacts, kernel: str, text: str) -> None:
+    """Record a kernel's autotuning (``autotune.Tuner``), in the dump folder too where there is one."""
+    artifacts.autotune[kernel] = text
+    if artifacts.dump_path is not None:
+        with open(os.path.join(artifacts.dump_path, "autotune.txt"), "w") as f:
+            f.write(autotune_text(artifacts.autotune))
+
+
+def autotune_text(tuned: dict[str, str]) -> str:
+    return "\n".join(f"{kernel}:\n{text}" for kernel, text in tuned.items())
 
 
 def last() -> CompiledArtifacts | None:

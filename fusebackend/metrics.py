@@ -21,7 +21,10 @@
   hook set, as profilers set one, or a pointer whose alignment changed; each costs several
   times a direct launch on the host);
 - ``layout_copies``: ATen results that came back in another layout than the lowering declared,
-  copied into it at run time (a kernel and a host cost each).
+  copied into it at run time (a kernel and a host cost each);
+- ``uncaptured``: in ``mode="reduce-overhead"``, each graph that runs without a CUDA graph, by
+  name, and why (``cudagraphs.py``); the CUDA graph trees log the graphs they decline at run
+  time (an input written in place that is not a parameter or buffer) themselves.
 
 ``reset()`` zeroes them all.
 """
@@ -45,6 +48,7 @@ stage_seconds: collections.Counter[str] = collections.Counter()
 cold_stage_seconds: collections.Counter[str] = collections.Counter()
 warm_stage_seconds: collections.Counter[str] = collections.Counter()
 slow_launches: collections.Counter[str] = collections.Counter()
+uncaptured: dict[str, str] = {}
 
 
 def reset() -> None:
@@ -61,6 +65,7 @@ def reset() -> None:
     cold_stage_seconds.clear()
     warm_stage_seconds.clear()
     slow_launches.clear()
+    uncaptured.clear()
     inner, backend = _dynamo_times()
     _dynamo_seen[:] = [len(inner), len(backend)]  # frames compiled before are not counted
 

@@ -10,7 +10,7 @@ import torch
 
 from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler
 from fusebackend.config import config, use_interpreter
-from fusebackend.kernels import precompile, runtime
+from fusebackend.kernels import autotune, precompile, runtime
 
 
 @dataclasses.dataclass
@@ -20,17 +20,18 @@ class CompiledGraph:
 
 
 def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], args: Sequence[Any], name: str,
-                  user_outputs: int | None = None, digest: str | None = None) -> CompiledGraph:
+                  user_outputs: int | None = None, digest: str | None = None, autotune: bool = False) -> CompiledGraph:
     """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints); the first
     ``user_outputs`` outputs (all where None) are the user's, in eager's layouts. A graph compiled
     before, by this process or another, is loaded from the on-disk cache (``cache.py``).
 
     ``gm`` may be a function that returns the graph, and ``digest`` its ``cache.module_digest``
     (a graph from AOTAutograd's cache, ``aot_cache.py``): the graph is then only made where it
-    is lowered or checked, not for a hit."""
+    is lowered or checked, not for a hit. ``autotune``: kernels carry other launch configurations
+    and keep the fastest at their first call (``mode="max-autotune"``, ``kernels/autotune.py``)."""
     seconds: dict[str, float] = {}
     with metrics.timed("cache", seconds):  # the key, and the entry under it if there is one
-        key = cache.key_or_none(digest or _module(gm), args, user_outputs) if config.graph_cache else None
+        key = cache.key_or_none(digest or _module(gm), args, user_outputs, autotune) if config.graph_cache else None
         entry = cache.load(key) if key is not None else None
     if entry is not None:
         try:
@@ -54,7 +55,7 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
         sched = scheduler.schedule(graph)
     with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
-        kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device))
+        kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device), tune=autotune)
         wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)
     dtypes = _buffer_dtypes(graph)
     entry = cache.Entry(
@@ -62,10 +63,11 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
         device=str(graph.device),
         wrapper=wrapper.source,
         constants=wrapper.constants,
-        kernels=[cache.KernelRecord(k.name, k.source, k.grid, k.launch, tuple(dtypes[a] for a in k.args), k.sizes)
+        kernels=[cache.KernelRecord(k.name, k.source, k.grid, k.launch, tuple(dtypes[a] for a in k.args), k.sizes,
+                                    tuple((v.source, v.grid, v.launch) for v in k.variants), k.written())
                  for k in kernels],
         texts={"aten_graph": gm.code, "ir": str(graph), "fused_ir": _fused_ir(sched, kernels),
-               "schedule": sched.report()},
+               "schedule": f"{sched.report()}\n{wrapper.memory}"},
         fallbacks=dict(metrics.fallbacks - fallbacks_before),
         fx_values=dict(graph.fx_values),
     )
@@ -82,15 +84,6 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule | Callable[[], torch.fx.
            seconds: dict[str, float], cached: bool) -> CompiledGraph:
     """Load a compiled graph (just compiled, or from the cache: ``cached``) and record its
     artifacts."""
-    with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
-        call, launchers = _load(entry, name)
-    with metrics.timed("triton", seconds):  # kernels to binaries, several at once, before their first launches
-        # a cached graph's binaries are in Triton's cache, where the process that compiled it put them
-        precompile.precompile(launchers, torch.device(entry.device), in_workers=not cached)
-    if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
-        call.__globals__["observe"] = checking.Observer(_module(gm), name, entry.fx_values)
-    metrics.graphs_compiled += 1
-    metrics.kernels_generated += len(entry.kernels)
     artifacts = dump.CompiledArtifacts(
         name=name,
         aten_graph=entry.texts["aten_graph"],
@@ -101,6 +94,15 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule | Callable[[], torch.fx.
         wrapper=entry.wrapper,
         stage_seconds=seconds,
     )
+    with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
+        call, launchers = _load(entry, name, artifacts)
+    with metrics.timed("triton", seconds):  # kernels to binaries, several at once, before their first launches
+        # a cached graph's binaries are in Triton's cache, where the process that compiled it put them
+        precompile.precompile(launchers, torch.device(entry.device), in_workers=not cached)
+    if config.check_kernels:  # each step's buffers compared with eager's (checking.py)
+        call.__globals__["observe"] = checking.Observer(_module(gm), name, entry.fx_values)
+    metrics.graphs_compiled += 1
+    metrics.kernels_generated += len(entry.kernels)
     dump.record(artifacts)
     return CompiledGraph(call, artifacts)
 
@@ -128,11 +130,19 @@ def _check_device(device: torch.device) -> None:
     )
 
 
-def _load(entry: cache.Entry, name: str) -> tuple[Callable, list]:
-    """The wrapper's ``call`` with its kernels bound, and what ``runtime.precompile`` takes."""
+def _load(entry: cache.Entry, name: str, artifacts: dump.CompiledArtifacts) -> tuple[Callable, list]:
+    """The wrapper's ``call`` with its kernels bound, and what ``runtime.precompile`` takes. A
+    kernel with autotuning candidates is bound to the one chosen before (on disk), or to a
+    ``Tuner`` that chooses at its first call (``autotune.bind``)."""
     module = runtime.load_module(entry.wrapper, f"wrapper_{name}", shared=False)
     launchers = []
     for k in entry.kernels:
+        if k.variants:
+            bound, loaded = autotune.bind(k, entry.device, vars(module),
+                                          lambda kernel, text: dump.note_autotune(artifacts, kernel, text))
+            setattr(module, k.name, bound)
+            launchers += [(launcher, k.arg_dtypes, k.sizes) for launcher in loaded]
+            continue
         kernel = runtime.load_kernel(k.name, k.source)
         launcher = runtime.Launcher(kernel, k.grid, k.launch, vars(module), k.name)
         setattr(module, k.name, launcher)

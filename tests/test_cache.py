@@ -306,17 +306,20 @@ def test_a_saved_graph_keeps_its_constant_tensors() -> None:
     assert (m.aot_cache_hits, m.cache_misses, m.eager_graphs) == (1, 2, 0)
 
 
-def test_aotautograds_key_carries_fuses_versions_and_options() -> None:
+def test_aotautograds_key_carries_fuses_versions_options_and_mode() -> None:
     from fusebackend import aot_cache
+    from fusebackend.modes import Mode
 
-    def tag() -> str:
-        with aot_cache.enabled():
+    def tag(mode: Mode = Mode()) -> str:
+        with aot_cache.enabled(mode):
             return torch.compiler.config.cache_key_tag
 
     plain = tag()
     assert plain.startswith("fusebackend ") and plain == tag()
     with fusebackend.config.patch(fusion=False):
         assert tag() != plain
+    assert tag(Mode(cudagraphs=True)) == plain + " cudagraphs"
+    assert tag(Mode(autotune=True)) == plain + " autotune"
     with torch.compiler.config.patch(cache_key_tag="user"):  # a user's own tag is kept
         assert tag() == f"user {plain}"
     assert torch.compiler.config.cache_key_tag == ""

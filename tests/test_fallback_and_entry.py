@@ -128,8 +128,8 @@ def test_compile_failure_runs_eagerly_with_one_warning(monkeypatch: pytest.Monke
 def _failing_first_run(real: Callable[..., Any]) -> Callable[..., Any]:
     """compile_graph whose result raises when called, after clearing its inputs as wrappers do."""
 
-    def compile_graph(gm: Any, args: Any, name: str, user_outputs: int | None = None, digest: str | None = None) -> Any:
-        compiled = real(gm, args, name, user_outputs, digest)
+    def compile_graph(gm: Any, args: Any, name: str, *rest: Any) -> Any:
+        compiled = real(gm, args, name, *rest)
 
         def call(inputs: list[Any]) -> Any:
             inputs.clear()
@@ -154,10 +154,10 @@ def test_first_run_failure_runs_eagerly_with_one_warning(monkeypatch: pytest.Mon
 def test_backward_compile_failure_keeps_forward_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     real = fusebackend.backend.compile_graph
 
-    def only_forward(gm: Any, args: Any, name: str, user_outputs: int | None = None, digest: str | None = None) -> Any:
+    def only_forward(gm: Any, args: Any, name: str, *rest: Any) -> Any:
         if name.startswith("backward"):
             raise NotImplementedError("no backward today")
-        return real(gm, args, name, user_outputs, digest)
+        return real(gm, args, name, *rest)
 
     monkeypatch.setattr(fusebackend.backend, "compile_graph", only_forward)
     x = torch.randn(6, 4, requires_grad=True)

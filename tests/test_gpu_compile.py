@@ -5,7 +5,7 @@ compiler rejects (and the other way round). Here the kernels of a set of graphs 
 the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, for an sm_90 target
 (an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
 the clamped windows of pooling and upsampling, and the ``gdc_wait`` of programmatic dependent
-launch. A child process does it, so that Triton and our helpers are set up for compiled kernels
+launch, and the candidates of ``mode="max-autotune"``. A child process does it, so that Triton and our helpers are set up for compiled kernels
 from the start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
 with a GPU (whose suite runs the kernels).
 """
@@ -104,13 +104,15 @@ GRAPHS = {
         resample_backward, [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 10, 13)]),
 }
 target = GPUTarget("cuda", 90, 32)
-count = 0
+count = variants = 0
 for name, (fn, args) in GRAPHS.items():
     gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
     graph, _ = lowering.lower(gm, args, "g")
     buffers = {b.name: b for b in graph.input_buffers()}
     buffers.update({b.name: b for n in graph.nodes for b in ir.written_buffers(n)})
-    for kernel in codegen.generate_all(scheduler.schedule(graph), pdl=True):
+    tuned = codegen.generate_all(scheduler.schedule(graph), pdl=True, tune=True)  # max-autotune's candidates too
+    for kernel in [k for kernel in tuned for k in (kernel, *kernel.variants)]:
+        variants += kernel not in tuned
         jit = runtime.load_kernel(kernel.name, kernel.source)
         pointers = iter(POINTER[buffers[a].dtype] for a in kernel.args)
         signature, constants = {}, {}
@@ -127,7 +129,7 @@ for name, (fn, args) in GRAPHS.items():
         except Exception as exc:
             raise SystemExit(f"{name}: {kernel.name} does not compile: {exc}\n{kernel.source}")
         count += 1
-print("compiled", count)
+print("compiled", count, "variants", variants)
 '''
 
 
@@ -153,4 +155,5 @@ def test_generated_kernels_compile_for_sm90() -> None:
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     compiled = int(proc.stdout.split("compiled", 1)[1].split()[0])
-    assert compiled >= 12, proc.stdout
+    variants = int(proc.stdout.split("variants", 1)[1].split()[0])
+    assert compiled >= 12 and variants >= 12, proc.stdout

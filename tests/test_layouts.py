@@ -201,6 +201,37 @@ def test_unknown_mode_is_an_error() -> None:
     assert fusebackend.metrics.eager_graphs == 1
 
 
+def test_auto_converts_only_where_convolutions_are_a_real_part_of_the_graph() -> None:
+    """``auto`` on a GPU: a chain of convolutions is channels-last; a patch embedding before a
+    long stack of other ops (a vision transformer) keeps eager's layouts, as does any graph on a
+    CPU. Decided from the traced graph alone, so this runs without a GPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fusebackend.lowering import layouts
+
+    convnet = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU())
+    patches = nn.Conv2d(3, 16, 4, stride=4)
+    norm = nn.LayerNorm(16)
+
+    def transformer(x: torch.Tensor) -> torch.Tensor:
+        h = patches(x).flatten(2).transpose(1, 2)
+        for _ in range(40):
+            h = h + F.gelu(norm(h)) * 0.5
+        return h
+
+    image = torch.randn(2, 3, 16, 16)
+    chain = make_fx(convnet)(image)
+    long = make_fx(transformer)(image)
+    assert len([n for n in long.graph.nodes if n.op == "call_function"]) > layouts.OPS_PER_CONVOLUTION
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert layouts.wants_channels_last(cuda, chain) and not layouts.wants_channels_last(cuda, long)
+    assert not layouts.wants_channels_last(cpu, chain)
+    with fusebackend.config.patch(conv_layout="channels_last"):
+        assert layouts.wants_channels_last(cpu, long)
+    with fusebackend.config.patch(conv_layout="keep"):
+        assert not layouts.wants_channels_last(cuda, chain)
+
+
 def test_extern_results_differing_only_in_size_one_strides_are_not_copied() -> None:
     t = torch.randn(4, 6, 1, 1)  # contiguous: strides (6, 1, 1, 1)
     assert runtime.expect_layout(t, (4, 6, 1, 1), (6, 1, 6, 6)) is t  # channels-last strides

@@ -18,20 +18,27 @@ def wrapper() -> str:
 
 def takeovers(source: str) -> list[tuple[str, str]]:
     """(new, dead) for each output that takes a dead buffer's memory."""
-    return re.findall(r"^\s*(buf\d+) = (?:view\()?(buf\d+)[,;]", source, re.M)
+    return re.findall(r"^\s*(buf\d+) = (?:view\()?(buf\d+)[,;].*# its memory", source, re.M)
+
+
+def written_over(source: str) -> list[tuple[str, str]]:
+    """(output, input) for each kernel output written over its kernel's dying input."""
+    return re.findall(r"^\s*(buf\d+) = (?:view\()?(buf\d+)\b.*# over \2, element by element", source, re.M)
 
 
 def chain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     # each tanh's output is read by the product after it and then dead; the next tanh's
-    # output has the same size and comes after that product
+    # output has the same size and comes after that product. Each tanh reads the product before
+    # it upside down, another row than it writes, so it is never written over that product
+    # (written_over)
     for _ in range(3):
-        x = torch.tanh(x) @ w
-    return torch.sigmoid(x)
+        x = torch.tanh(x.flip(0)) @ w
+    return torch.sigmoid(x.flip(0))
 
 
 def test_an_output_takes_the_memory_of_a_dead_buffer() -> None:
     torch.manual_seed(0)
-    x, w = torch.randn(12, 20), torch.randn(20, 20) * 0.2
+    x, w = torch.randn(20, 20), torch.randn(20, 20) * 0.2
     out = compile_fn(chain)(x, w)
     assert_same(out, chain(x, w))
     source = wrapper()
@@ -42,18 +49,88 @@ def test_an_output_takes_the_memory_of_a_dead_buffer() -> None:
         assert f"del {dead}" in source.split(f"{new} = ", 1)[1].splitlines()[0]
         assert not re.search(rf"^\s*del .*\b{dead}\b", source.split(f"{new} = ", 1)[0], re.M)
     summary = source.splitlines()[1]
-    assert re.match(r"# memory plan: \d+ buffers allocated, \d+ take a dead buffer's memory; planned peak", summary)
-    assert f"{len(pairs)} take a dead buffer's memory" in summary
+    assert re.match(r"# memory plan: \d+ buffers allocated, \d+ take a dead buffer's memory, \d+ are written over "
+                    r"their kernel's input; planned peak", summary)
+    assert f"{len(pairs)} take a dead buffer's memory, 0 are written over" in summary
+    assert written_over(source) == []
+
+
+def test_a_pointwise_kernel_writes_over_the_input_it_reads_last_element_by_element() -> None:
+    # each product's result is read once, at each element, by the kernel after it (scale, shift,
+    # add, ReLU; tanh): that kernel writes its output over it, as a batch norm, residual add and
+    # ReLU write over a convolution's result
+    torch.manual_seed(0)
+    x, w, scale, y = torch.randn(24, 40), torch.randn(40, 40) * 0.2, torch.randn(40), torch.randn(24, 40)
+
+    def fn(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.relu((x @ w) * scale + y), torch.tanh(x @ w.t()) * 2
+
+    out = compile_fn(fn)(x, w, scale, y)
+    for got, expected in zip(out, fn(x, w, scale, y)):
+        assert_same(got, expected)
+    source = wrapper()
+    pairs = written_over(source)
+    assert len(pairs) == 2, source
+    for new, old in pairs:
+        launch = source.split(f"{new} = ", 1)[1].splitlines()[1]
+        assert f"{old}," in launch and f"{new}," in launch  # the kernel reads one and writes the other
+        assert re.search(rf"^\s*del .*\b{old}\b", source.split(launch, 1)[1], re.M)  # freed after it, by name
+    assert ", 2 are written over their kernel's input" in source.splitlines()[1]
+    # 3840 B a buffer: the first output and the second product, where without it the second
+    # output was a third block beside them
+    assert "planned peak of intermediates 7.50 KiB" in source.splitlines()[1]
+    with fusebackend.config.patch(reuse_buffers=False):
+        torch._dynamo.reset()
+        for got, expected in zip(compile_fn(fn)(x, w, scale, y), fn(x, w, scale, y)):
+            assert_same(got, expected)
+    assert written_over(wrapper()) == []
+    assert "planned peak of intermediates 11.25 KiB" in wrapper().splitlines()[1]
+
+
+def test_no_kernel_writes_over_what_it_reads_at_other_elements() -> None:
+    # a transpose and a row sum broadcast read other elements than the lane writes
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        b = x @ w.t()
+        return torch.sin(b.t()) + b.sum(0)
+
+    assert_same(compile_fn(fn)(x, w), fn(x, w))
+    assert written_over(wrapper()) == [], wrapper()
+
+
+def test_a_persistent_softmax_writes_over_its_scores_and_a_looped_one_does_not() -> None:
+    # each row is read whole before any element of it is stored, and every stored element
+    # depends on the row's maximum and sum: a persistent kernel may overwrite its input. A looped
+    # one reads the row again in its last pass and is not let.
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    long = torch.randn(16, 20000) * 0.1  # rows past one block (16K in the interpreter, 8K on a GPU): looped
+
+    def fn(x: torch.Tensor, w: torch.Tensor, long: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.softmax(x @ w, -1), torch.softmax(x[:2] @ long, -1)
+
+    out = compile_fn(fn)(x, w, long)
+    for got, expected in zip(out, fn(x, w, long)):
+        assert_same(got, expected)
+    source = wrapper()
+    pairs = written_over(source)
+    assert len(pairs) == 1, source
+    kernel = source.split(f"{pairs[0][0]} = ", 1)[1].splitlines()[1]
+    assert "fused_red" in kernel and ", 16, 16)  # grid" in kernel  # the short rows' kernel
+    looped = [line for line in source.splitlines() if ", 2, 20000)  # grid" in line]
+    assert len(looped) == 1 and "RBLOCK=32768" not in looped[0] and f"{pairs[0][0]}," not in looped[0]
 
 
 def test_the_option_turns_it_off() -> None:
     torch.manual_seed(0)
-    x, w = torch.randn(12, 20), torch.randn(20, 20) * 0.2
+    x, w = torch.randn(20, 20), torch.randn(20, 20) * 0.2
     with fusebackend.config.patch(reuse_buffers=False):
         out = compile_fn(chain)(x, w)
     assert_same(out, chain(x, w))
-    assert takeovers(wrapper()) == []
-    assert ", 0 take a dead buffer's memory" in wrapper().splitlines()[1]
+    assert takeovers(wrapper()) == [] and written_over(wrapper()) == []
+    assert ", 0 take a dead buffer's memory, 0 are written over" in wrapper().splitlines()[1]
 
 
 def test_a_dead_buffer_is_not_held_over_the_widest_point() -> None:
@@ -92,3 +169,10 @@ def test_a_scatters_target_lives_on_as_its_result() -> None:
     scattered = re.findall(r"^\s*(buf\d+) = (buf\d+)  # scattered into", source, re.M)
     assert scattered
     assert not {target for _, target in scattered} & {dead for _, dead in takeovers(source)}
+
+
+def test_the_fusion_report_gives_the_planned_peak() -> None:
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    report = str(fusebackend.explain(lambda x, w: torch.relu(x @ w) * 2, x, w))
+    # the product's 512 B, which the ReLU's output is written over
+    assert report.rstrip().endswith("1 are written over their kernel's input; planned peak of intermediates 512 B")

@@ -50,6 +50,8 @@ def environment(options: "RunOptions", modes: Sequence[str]) -> dict[str, Any]:
         "size": options.size,
         "dtype": str(options.dtype).replace("torch.", ""),
         "variants": list(options.variants),
+        "batch": "as built" if options.batch is None else options.batch,
+        "seq": "as built" if options.seq is None else options.seq,
         "timing": options.timing.method(device) if options.timed else "not measured (--no-timing)",
         "host_timing": host_method(device, options.timing) if options.timed else "not measured (--no-timing)",
         "torch": torch.__version__,
@@ -225,31 +227,85 @@ def speedups(rows: Sequence["ZooRow"], variant: str) -> list[float]:
     return out
 
 
+def compiled_variants(rows: Sequence["ZooRow"]) -> list[str]:
+    """The compiled variants in ``rows``: fuse, Inductor, then those with a mode (``fuse@...``)."""
+    names = dict.fromkeys(v.variant for r in rows for v in r.variants if v.variant != "eager")
+    return [n for n in ("fuse", "inductor") if n in names] + [n for n in names if "@" in n]
+
+
+def _label(variant: str) -> str:
+    return variant.replace("inductor", "Inductor", 1)
+
+
 def summary(rows: Sequence["ZooRow"]) -> str:
-    """Geometric-mean speedups of fuse and Inductor over eager (each mode, then all rows), and the
-    rows where fuse is slower than Inductor."""
+    """Geometric-mean speedups of each compiled variant over eager (each mode, then all rows), and
+    the rows where fuse is slower than Inductor in the same torch.compile mode."""
     lines = []
     groups = [(m, [r for r in rows if r.mode == m]) for m in MODES]
     groups = [(m, rs) for m, rs in groups if rs]
     if len(groups) > 1:
         groups.append(("all", list(rows)))
+    variants = compiled_variants(rows)
     for name, group in groups:
         parts = []
-        for variant, label in (("fuse", "fuse"), ("inductor", "Inductor")):
+        for variant in variants:
             xs = speedups(group, variant)
             g = geomean(xs)
             if g is not None:
-                parts.append(f"{label} {speed_text(g)}x over {len(xs)}")
+                parts.append(f"{_label(variant)} {speed_text(g)}x over {len(xs)}")
         lines.append(f"geomean speedup over eager, {name}: " + (", ".join(parts) if parts else "nothing timed"))
-    slower = []
-    for r in rows:
-        f, i = r.fuse, r.inductor
-        if (r.status == "ok" and f is not None and i is not None and f.speedup is not None
-                and i.speedup is not None and f.status == i.status == "ok" and f.speedup < i.speedup):
-            slower.append(f"{r.model} ({r.mode}) {speed_text(f.speedup)}x vs {speed_text(i.speedup)}x")
-    if any(speedups(rows, "inductor")):
-        lines.append(f"fuse slower than Inductor in {len(slower)}: " + (", ".join(slower) if slower else "none"))
+    for fuse in (v for v in variants if v.startswith("fuse")):
+        inductor = fuse.replace("fuse", "inductor", 1)
+        if not any(speedups(rows, inductor)):
+            continue
+        slower = []
+        for r in rows:
+            f, i = r.get(fuse), r.get(inductor)
+            if (r.status == "ok" and f is not None and i is not None and f.speedup is not None
+                    and i.speedup is not None and f.status == i.status == "ok" and f.speedup < i.speedup):
+                slower.append(f"{r.model} ({r.mode}) {speed_text(f.speedup)}x vs {speed_text(i.speedup)}x")
+        lines.append(f"{fuse} slower than {_label(inductor)} in {len(slower)}: "
+                     + (", ".join(slower) if slower else "none"))
+    lines += _peak_lines(rows)
     return "\n".join(lines)
+
+
+def _peak_lines(rows: Sequence["ZooRow"]) -> list[str]:
+    """The rows where fuse's peak memory is above Inductor's, and the training steps where it is
+    above eager's (the goals of issue 14), where peaks were measured."""
+    above_inductor, above_eager = [], []
+    for r in rows:
+        f, i, e = r.fuse, r.inductor, r.eager
+        if r.status != "ok" or f is None or f.peak_mib is None:
+            continue
+        if i is not None and i.peak_mib is not None and f.peak_mib > i.peak_mib:
+            above_inductor.append(f"{r.model} ({r.mode}) {f.peak_mib:.1f} vs {i.peak_mib:.1f} MiB")
+        if r.mode == "train" and e is not None and e.peak_mib is not None and f.peak_mib > e.peak_mib:
+            above_eager.append(f"{r.model} {f.peak_mib:.1f} vs {e.peak_mib:.1f} MiB")
+    lines = []
+    if any(r.inductor is not None and r.inductor.peak_mib is not None for r in rows):
+        lines.append(f"fuse's peak memory above Inductor's in {len(above_inductor)}: "
+                     + (", ".join(above_inductor) if above_inductor else "none"))
+    if any(r.mode == "train" and r.eager is not None and r.eager.peak_mib is not None for r in rows):
+        lines.append(f"fuse's peak memory above eager's in a training step in {len(above_eager)}: "
+                     + (", ".join(above_eager) if above_eager else "none"))
+    return lines
+
+
+def mode_lines(rows: Sequence["ZooRow"]) -> list[str]:
+    """One line per row and variant with a torch.compile mode: its time, speedup, peak memory,
+    error, and the graphs it did not record as CUDA graphs."""
+    out = []
+    for r in rows:
+        for v in r.variants:
+            if "@" not in v.variant:
+                continue
+            peak = "-" if v.peak_mib is None else f"{v.peak_mib:.0f}"
+            text = f"{r.model} ({r.mode}, {r.shapes}) {v.variant}: {_ms(v)} ms, peak {peak} MiB, err {_err(v)}"
+            if v.uncaptured:
+                text += "; uncaptured: " + "; ".join(f"{g}: {why}" for g, why in v.uncaptured.items())
+            out.append(text)
+    return out
 
 
 def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
@@ -285,6 +341,11 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     text = summary(rows)
     if text:
         lines += [""] + [f"{t}  " for t in text.splitlines()]
+    modes = mode_lines(rows)
+    if modes:
+        lines += ["", "## Variants with a torch.compile mode", "",
+                  "ms (speedup over eager), peak MiB as above; uncaptured: fuse's graphs that reduce-overhead "
+                  "ran without a CUDA graph, and why.", ""] + [f"- {t}" for t in modes]
     stages = compile_stage_lines(rows)
     if stages:
         lines += ["", "## The first call by stage (s)", "",

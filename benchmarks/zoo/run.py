@@ -56,9 +56,26 @@ from benchmarks.zoo import chart, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
 from benchmarks.zoo.measure import host_time, kernel_launches, peak_memory
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
-from benchmarks.zoo.spec import Built, Size
+from benchmarks.zoo.spec import Built, Size, narrow
 
 VARIANTS = ("eager", "inductor", "fuse")
+# torch.compile's modes a compiled variant may name after "@" (``fuse@reduce-overhead``)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+
+
+def backend_of(variant: str) -> str:
+    """The backend of a variant: ``fuse`` for ``fuse`` and ``fuse@reduce-overhead``."""
+    return variant.split("@", 1)[0]
+
+
+def parse_variant(variant: str) -> tuple[str, str | None]:
+    """A variant's backend and torch.compile mode (None: no mode given); raises SystemExit for a
+    variant the runner does not have."""
+    backend, _, mode = variant.partition("@")
+    if backend not in VARIANTS or (mode and (backend == "eager" or mode not in COMPILE_MODES)):
+        raise SystemExit(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}, each compiled one "
+                         f"optionally with @MODE for MODE in {', '.join(COMPILE_MODES)}")
+    return backend, mode or None
 
 
 @dataclasses.dataclass
@@ -89,6 +106,7 @@ class VariantStats:
     # fuse: launches that took Triton's path while timed, by why (fusebackend.metrics.slow_launches)
     slow_launches: dict[str, int] = dataclasses.field(default_factory=dict)
     layout_copies: int | None = None  # fuse: ATen results copied into their declared layout in one step
+    uncaptured: dict[str, str] = dataclasses.field(default_factory=dict)  # fuse@reduce-overhead: graphs not recorded, why
     message: str = ""  # the exception, or fuse's warnings
 
 
@@ -133,6 +151,8 @@ class RunOptions:
     variants: tuple[str, ...]
     timing: TimingConfig
     timed: bool = True  # False (--no-timing): check only, report no times
+    batch: int | None = None  # --batch: the first rows of each input (spec.narrow)
+    seq: int | None = None  # --seq: the first positions of each token input
 
 
 def compile_stages(stages: dict[str, float], first_call_s: float | None) -> dict[str, float]:
@@ -178,13 +198,14 @@ def _free(device: torch.device) -> None:
 
 
 def _compiler(variant: str) -> Callable[[torch.nn.Module], Callable[..., Any]]:
-    if variant == "eager":
+    backend, mode = parse_variant(variant)
+    if backend == "eager":
         return lambda model: model
-    if variant == "inductor":
-        return lambda model: torch.compile(model)
+    if backend == "inductor":
+        return lambda model: torch.compile(model, mode=mode)
     # the callable, not the name: the name is registered by the installed package's entry point,
     # and the runner also runs from a checkout that is not installed
-    return lambda model: torch.compile(model, backend=fusebackend.fuse)
+    return lambda model: torch.compile(model, backend=fusebackend.fuse, mode=mode)
 
 
 def _inference_step(built: Built, call: Callable[..., Any]) -> Callable[[], Any]:
@@ -277,7 +298,7 @@ def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options
         stats.host_ms = statistics.median(h for _, h, _ in got)
         gpus = [g for _, _, g in got if g is not None]
         stats.gpu_ms = statistics.median(gpus) if gpus else None
-        if stats.variant == "fuse":  # before the profiler counts launches: it sets launch hooks
+        if backend_of(stats.variant) == "fuse":  # before the profiler counts launches: it sets launch hooks
             stats.slow_launches = dict(fusebackend.metrics.slow_launches)
 
 
@@ -289,7 +310,7 @@ def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions
     try:
         fusebackend.metrics.layout_copies = 0
         memory = peak_memory(step, options.device)  # one step
-        if stats.variant == "fuse":
+        if backend_of(stats.variant) == "fuse":
             stats.layout_copies = fusebackend.metrics.layout_copies
         if memory is not None:
             stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
@@ -321,7 +342,7 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
     timed: list[tuple[VariantStats, Callable[[], Any]]] = []
     try:
         _reset()
-        built = entry.build(options.size, options.device, options.dtype)
+        built = narrow(entry.build(options.size, options.device, options.dtype), options.batch, options.seq)
         row.shapes = built.shapes
         built.model.train(train)
         make_step = _train_step if train else _inference_step
@@ -368,10 +389,11 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             step = make_step(built, _compiler(variant)(built.model))
             timers = {name: len(entries) for name, entries in fusebackend.metrics.dynamo_timers().items()}
             out, stats.first_call_s = _timed(lambda: _snapshot(step()), options.device)
-            if variant == "inductor":
+            if backend_of(variant) == "inductor":
                 stats.compile_stages = inductor_stages(timers, stats.first_call_s, train)
-            if variant == "fuse":
+            if backend_of(variant) == "fuse":
                 m = fusebackend.metrics
+                stats.uncaptured = dict(m.uncaptured)
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
@@ -412,7 +434,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tiny configurations (default device cpu, fp32, variants eager,fuse): a smoke test")
     parser.add_argument("--variants", default=None,
                         help="comma-separated subset of eager,inductor,fuse (eager always runs); "
-                             "default all three, eager,fuse with --tiny on a CPU")
+                             "default all three, eager,fuse with --tiny on a CPU. A compiled variant may name "
+                             f"torch.compile's mode after @ ({', '.join(COMPILE_MODES)}): "
+                             "inductor@reduce-overhead,fuse@reduce-overhead")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="run at this batch: the first rows of each input of the chosen size")
+    parser.add_argument("--seq", type=int, default=None,
+                        help="run at this sequence length: the first positions of each token input")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                         help="auto: cuda when a GPU is visible (and not --tiny), else cpu")
     parser.add_argument("--dtype", default=None, choices=("bf16", "fp16", "fp32"),
@@ -447,12 +475,14 @@ def options_from(args: argparse.Namespace) -> RunOptions:
     if args.variants is None:
         args.variants = "eager,fuse" if args.tiny and device.type == "cpu" else ",".join(VARIANTS)
     wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
-    bad = [v for v in wanted if v not in VARIANTS]
-    if bad:
-        raise SystemExit(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
+    for v in wanted:
+        parse_variant(v)
+    # eager first; the plain variants in their order, then those with a mode as given
     variants = ("eager",) + tuple(v for v in VARIANTS[1:] if v in wanted)
+    variants += tuple(dict.fromkeys(v for v in wanted if "@" in v))
     timing = TimingConfig(args.warmup_ms, args.rep_ms, 0, args.repeats)
-    return RunOptions("tiny" if args.tiny else "real", device, dtype, variants, timing, timed=not args.no_timing)
+    return RunOptions("tiny" if args.tiny else "real", device, dtype, variants, timing, timed=not args.no_timing,
+                      batch=args.batch, seq=args.seq)
 
 
 def mode_from(args: argparse.Namespace) -> str:
@@ -497,6 +527,8 @@ def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: st
     text = report.summary(rows)
     if text:
         print("\n" + text)
+    for line in report.mode_lines(rows):
+        print(line)
     try:
         path = chart.render(rows, env, os.path.join(folder, name + ".png"))
     except ImportError as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 from typing import Any, Callable, Literal
 
 import torch
@@ -104,3 +105,28 @@ def calibrate_batch_norm(built: Built, seed: int = 2) -> None:
         built.model(**built.inputs)
     for m, momentum in zip(norms, momenta):
         m.momentum = momentum
+
+
+def narrow(built: Built, batch: int | None = None, seq: int | None = None) -> Built:
+    """``built`` at a smaller batch and sequence length (the runner's ``--batch`` and ``--seq``):
+    the first ``batch`` rows of every input, and the first ``seq`` positions of every integer or
+    boolean input of two or more dims (token ids, masks, labels), each made contiguous. Images and
+    audio keep their sizes; a size larger than the built one is an error."""
+
+    def cut(t: torch.Tensor) -> torch.Tensor:
+        if batch is not None:
+            if batch > t.shape[0]:
+                raise ValueError(f"--batch {batch}: the built batch is {t.shape[0]}")
+            t = t[:batch]
+        if seq is not None and t.dim() >= 2 and not t.is_floating_point():
+            t = t[:, :seq]
+        return t.contiguous()
+
+    shapes = built.shapes
+    if batch is not None:
+        shapes = re.sub(r"^b\d+", f"b{batch}", shapes)
+    if seq is not None:
+        shapes = re.sub(r"s(\d+)", lambda m: f"s{min(seq, int(m.group(1)))}", shapes)
+    inputs = {k: cut(v) for k, v in built.inputs.items()}
+    train_inputs = {k: inputs[k] if v is built.inputs.get(k) else cut(v) for k, v in built.train_inputs.items()}
+    return dataclasses.replace(built, inputs=inputs, train_inputs=train_inputs, shapes=shapes)

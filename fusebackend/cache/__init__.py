@@ -63,6 +63,10 @@ class KernelRecord:
     launch: dict[str, Any]
     arg_dtypes: tuple[torch.dtype, ...]  # each pointer argument's dtype (for compiling ahead of the launch)
     sizes: tuple[int, ...]
+    # mode="max-autotune": the other candidates, (source, grid, launch) each, and the positions
+    # of the arguments the kernel stores into (kernels/autotune.py)
+    variants: tuple[tuple[str, int, dict[str, Any]], ...] = ()
+    written: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -83,12 +87,13 @@ class Entry:
 # the key
 
 
-def graph_key(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None) -> str:
-    """The cache key of compiling ``gm`` for ``args``: a hex SHA-256. ``gm`` may be given by
-    its ``module_digest``."""
+def graph_key(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None,
+              autotune: bool = False) -> str:
+    """The cache key of compiling ``gm`` for ``args`` (with autotuning candidates: ``autotune``):
+    a hex SHA-256. ``gm`` may be given by its ``module_digest``."""
     h = hashlib.sha256()
     add = _adder(h)
-    add(MAGIC, options_digest(), user_outputs)
+    add(MAGIC, options_digest(), user_outputs, autotune)
     add(input_key(args))
     for device in sorted({str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"}):
         add(device, _device_facts(device))
@@ -121,11 +126,12 @@ def options_digest() -> str:
     return hashlib.sha256(repr((_versions(), options, use_interpreter())).encode()).hexdigest()
 
 
-def key_or_none(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None) -> str | None:
+def key_or_none(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None,
+                autotune: bool = False) -> str | None:
     """``graph_key``, or None where a value of the graph cannot be keyed (an attribute of a kind
     never seen): the graph is then compiled and not cached, never failed for it."""
     try:
-        return graph_key(gm, args, user_outputs)
+        return graph_key(gm, args, user_outputs, autotune)
     except Exception:
         return None
 

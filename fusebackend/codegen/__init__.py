@@ -9,26 +9,31 @@ from fusebackend.codegen.reduction import generate_reduction
 from fusebackend.codegen.scan import generate_scan
 from fusebackend.codegen.scatter import generate_scatter
 from fusebackend.codegen.wrapper import WrapperSource, generate_wrapper
-from fusebackend.kernels import runtime
+from fusebackend.kernels import autotune, runtime
 from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
-def generate(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+def generate(plan: KernelPlan, index: int, pdl: bool = False, launch: dict[str, int] | None = None) -> KernelSource:
     """Triton source for one kernel plan: a scatter kernel when the plan scatters, a scan kernel
     when it scans, a reduction kernel when it reduces, else a pointwise kernel.
 
     ``pdl``: the kernel is launched with programmatic dependent launch (``runtime.use_pdl``):
     it may start while the kernel before it in the stream still runs, so its first statement
     waits on the GPU until that kernel has finished and its writes are visible.
+
+    ``launch``: blocks and warps to generate a reduction or a flat pointwise kernel for (an
+    autotuning candidate, ``autotune.candidates``); the heuristics' where None.
     """
     if any(isinstance(n, ir.Scatter) for n in plan.nodes):
+        assert launch is None, "scatter kernels keep their launch"
         source = generate_scatter(plan, index, pdl)
     elif isinstance(plan.space.anchor, ir.Scan):
+        assert launch is None, "scan kernels keep their launch"
         source = generate_scan(plan, index, pdl)
     elif plan.space.anchor is not None:
-        source = generate_reduction(plan, index, pdl)
+        source = generate_reduction(plan, index, pdl, launch)
     else:
-        source = generate_pointwise(plan, index, pdl)
+        source = generate_pointwise(plan, index, pdl, launch)
     if pdl:
         source = dataclasses.replace(source, launch={**source.launch, "launch_pdl": True})
     if "tl.floor(" in source.source:
@@ -41,8 +46,13 @@ def generate(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
     return source
 
 
-def generate_all(schedule: Schedule, pdl: bool = False) -> list[KernelSource]:
+def generate_all(schedule: Schedule, pdl: bool = False, tune: bool = False) -> list[KernelSource]:
     """Every kernel of a schedule, in launch order (kernel k is the schedule's k-th plan).
+
+    With ``tune`` (``mode="max-autotune"``), each kernel that ``autotune.candidates`` gives other
+    launch configurations carries them as ``variants``, each generated for its blocks (masks
+    where a block overruns, a loop where a row is longer than a block): its first call keeps
+    the fastest.
 
     With ``pdl`` (``runtime.use_pdl``), a kernel is launched early only when the GPU work just
     before it is one of this graph's kernels, which never let their dependents start before
@@ -55,7 +65,16 @@ def generate_all(schedule: Schedule, pdl: bool = False) -> list[KernelSource]:
         if isinstance(step, ExternCall):
             after_kernel = False
             continue
-        source = generate(step, len(kernels), pdl and after_kernel)
+        early = pdl and after_kernel
+        source = generate(step, len(kernels), early)
+        if tune:
+            variants = (generate(step, len(kernels), early, launch) for launch in autotune.candidates(source))
+            # the wrapper passes the heuristic kernel's arguments to whichever is chosen, and its
+            # memory plan relies on the heuristic kernel's in-place pairs (a looped candidate of
+            # a persistent reduction has none)
+            source = dataclasses.replace(source, variants=tuple(
+                v for v in variants if (v.args, v.in_place) == (source.args, source.in_place)
+                and (v.source, v.launch) != (source.source, source.launch)))
         kernels.append(source)
         after_kernel = after_kernel or source.grid > 0  # an empty kernel launches nothing
     return kernels

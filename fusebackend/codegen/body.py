@@ -45,6 +45,17 @@ class KernelSource:
     launch: dict[str, int]  # constexpr block sizes and num_warps
     plan: KernelPlan
     asserts: bool = False  # it asserts (a checked gather): launched with runtime.ASSERT_OPTIONS
+    # mode="max-autotune": the same kernel with other launch configurations (kernels/autotune.py)
+    variants: tuple[KernelSource, ...] = ()
+    # (output, input) pairs where the kernel reads the input only at the element it then writes
+    # of the output, in the same program: the output may be written into the input's memory
+    # where the input dies here (codegen/memory.py)
+    in_place: tuple[tuple[str, str], ...] = ()
+
+    def written(self) -> tuple[int, ...]:
+        """The positions in ``args`` of the buffers it stores."""
+        stored = {b.name for b in self.plan.stored}
+        return tuple(k for k, name in enumerate(self.args) if name in stored)
 
 
 @dataclasses.dataclass
@@ -79,6 +90,7 @@ class KernelBody:
         self.x_symbols = frozenset({X})  # what "varies along x" means: a tiled kernel has three
         self.x_zero = "0 * xindex"  # broadcasts a store offset that does not vary along x
         self.load_offsets: list[tuple[ir.Buffer, sympy.Expr]] = []  # memory loads, for tiling
+        self.gathered: set[str] = set()  # buffers read by a gather (at run-time positions)
         self.asserts = False  # whether the kernel asserts (checked gathers): compiled in debug mode
         # the rank of the kernel's index tensors: a flat kernel's [XBLOCK]; a reduction's, a
         # scan's and a tiled kernel's blocks are 2-d
@@ -307,6 +319,7 @@ class KernelBody:
         view = expr.view
         if view.buffer.name in self.producers:
             return self._inlined_part(expr, subst)
+        self.gathered.add(view.buffer.name)
         gathered = {d for d, _ in expr.positions}
         idx = [sympy.Integer(0) if d in gathered else sympy.sympify(i).xreplace(subst) for d, i in enumerate(expr.index)]
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
@@ -470,6 +483,20 @@ class KernelBody:
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
 
 _ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")
+
+
+def in_place_pairs(body: KernelBody, stores: dict[str, sympy.Expr]) -> tuple[tuple[str, str], ...]:
+    """(output, input) pairs of a kernel where every load of the input is at the offset
+    the output is stored at, and none is a gather: each element of the input is read by the lane
+    that then writes the same element of the output, so the output may be written over the
+    input where nothing reads the input afterwards. Offsets are compared as expressions of the
+    kernel's indices, so equal offsets name the same element of two buffers that start at the
+    same address."""
+    loads: dict[str, set[sympy.Expr]] = {}
+    for buf, offset in body.load_offsets:
+        loads.setdefault(buf.name, set()).add(offset)
+    return tuple((out, name) for out, offset in stores.items() for name, seen in loads.items()
+                 if name not in body.gathered and seen == {offset})
 
 
 def kernel_name(plan: KernelPlan, index: int) -> str:

@@ -21,7 +21,7 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.config import config
-from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan
@@ -47,8 +47,13 @@ class Tile:
         return outer + Y_INDEX * self.inner + X_INNER
 
 
-def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
-    flat = _generate_flat(plan, index, pdl)
+def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
+                       launch: dict[str, int] | None = None) -> KernelSource:
+    """The kernel: flat or tiled as the plan asks; with ``launch`` (an autotuning candidate's
+    XBLOCK and warps), flat with those."""
+    flat = _generate_flat(plan, index, pdl, launch)
+    if launch is not None:
+        return flat[0]
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
     if tile is None:
         return flat[0]
@@ -56,9 +61,12 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
 
 
 def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],
-            shape: str) -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+            shape: str) -> tuple[list[tuple[str, str, str]], dict[str, str], tuple[tuple[str, str], ...]]:
+    """The stores (pointer, offset, value), the output pointers, and the (output, input) pairs
+    that may share memory (``in_place_pairs``)."""
     stores: list[tuple[str, str, str]] = []
     outputs: dict[str, str] = {}
+    offsets: dict[str, sympy.Expr] = {}
     for node in plan.nodes:
         if node.buffer not in plan.stored:
             continue
@@ -69,19 +77,21 @@ def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.S
         offset = body.index(indexing.ravel([subst[v] for v in nvars], buf.strides))
         ptr = f"out_ptr{len(outputs)}"
         outputs[buf.name] = ptr
+        offsets[buf.name] = offset
         stores.append((ptr, body.offset_text(offset, XDIMS), value))
-    return stores, outputs
+    return stores, outputs, in_place_pairs(body, offsets)
 
 
-def _generate_flat(plan: KernelPlan, index: int, pdl: bool) -> tuple[KernelSource, KernelBody]:
+def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
+                   launch: dict[str, int] | None = None) -> tuple[KernelSource, KernelBody]:
     space = plan.space
     numel = space.xnumel
     produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
     read = [v.buffer for n in plan.nodes for v in n.reads() if v.buffer.name not in produced]
     buffers = [*plan.stored, *read]
-    launch = runtime.pointwise_config(numel, max((b.dtype.itemsize for b in buffers), default=4))
+    launch = launch or runtime.pointwise_config(numel, max((b.dtype.itemsize for b in buffers), default=4))
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
-    stores, outputs = _stores(plan, body, space.mapping, "[XBLOCK]")
+    stores, outputs, in_place = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     w = LineWriter()
     w.lines(HEADER)
@@ -105,7 +115,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool) -> tuple[KernelSourc
             w.line(f"tl.store({ptr} + ({offset}), {value}" + (f", {mask})" if mask else ")"))
     grid = runtime.cdiv(numel, launch["XBLOCK"])
     source = KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
-                          body.asserts)
+                          body.asserts, in_place=in_place)
     return source, body
 
 
@@ -205,7 +215,7 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     body.x_zero = "0 * y_index + 0 * x_inner"
     tiled = {X: tile.substitute()}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
-    stores, outputs = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
+    stores, outputs, in_place = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
     launch = tile.launch
     name = kernel_name(plan, index)
     w = LineWriter()
@@ -235,4 +245,4 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
             w.line(f"tl.store({ptr} + ({offset}), {value})")
     grid = numel // (launch["XBLOCK"] * launch["YBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
-                        body.asserts)
+                        body.asserts, in_place=in_place)

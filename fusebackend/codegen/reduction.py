@@ -26,7 +26,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
@@ -85,7 +85,10 @@ def _depths(plan: KernelPlan) -> dict[str, int]:
     return depth
 
 
-def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
+                       launch: dict[str, int] | None = None) -> KernelSource:
+    """The kernel, with ``launch`` (blocks and warps: an autotuning candidate) or the heuristic's
+    (``runtime.reduction_config``)."""
     space = plan.space
     anchor = space.anchor
     assert anchor is not None
@@ -101,7 +104,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
     late = [n for n in full_nodes if depth[n.name] > 0]
     max_depth = max(depth[r.name] for r in reductions)
     passes = max_depth + (1 if late else 0)  # reads of each row by a looped kernel
-    launch = runtime.reduction_config(xnumel, rnumel, row_contiguous, passes)
+    launch = launch or runtime.reduction_config(xnumel, rnumel, row_contiguous, passes)
     persistent = launch["RBLOCK"] >= rnumel
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
@@ -111,11 +114,16 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
                       X if lay.column else R, launch["XBLOCK"] if lay.column else launch["RBLOCK"])
     if persistent and not full_nodes:
         body.eviction = "evict_first"  # each row read once and nothing full-size written
-    outputs: dict[str, str] = {}
+    # numbered in the plan's order, not in the order of the stores: a persistent and a looped
+    # kernel of one plan (max-autotune's candidates) take their arguments in the same order
+    outputs = {buf.name: f"out_ptr{k}" for k, buf in enumerate(plan.stored)}
 
     def out_ptr(buf: ir.Buffer) -> str:
-        outputs.setdefault(buf.name, f"out_ptr{len(outputs)}")
         return outputs[buf.name]
+
+    # full-size outputs of a persistent kernel that depend on a reduction of their own row, and
+    # their offsets: candidates for being written over an input (in_place_pairs)
+    after_reduction: dict[str, sympy.Expr] = {}
 
     def store(node: ir.Node, value: str, dims: frozenset[str]) -> None:
         buf = node.buffer
@@ -128,6 +136,8 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
         if node.name in space.guards:  # a split's chunks overrun the rows: store the valid pairs only
             guard = body.value(space.guards[node.name], {})
             mask = guard if mask is None else f"{guard} & {mask}"
+        elif persistent and dims == FULL and depth[node.name] > 0:
+            after_reduction[buf.name] = offset
         body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}"
                       + (f", {mask})" if mask else ")"))
 
@@ -206,7 +216,22 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False) -> Kerne
         w.lines(body.lines)
     grid = runtime.cdiv(xnumel, launch["XBLOCK"])
     args = tuple(body.inputs) + tuple(outputs)
-    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan, body.asserts)
+    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan, body.asserts,
+                        in_place=_in_place(body, after_reduction))
+
+
+def _in_place(body: KernelBody, stores: dict[str, sympy.Expr]) -> tuple[tuple[str, str], ...]:
+    """(output, input) pairs of a persistent kernel that may share memory: the input is read only
+    at the element the output is stored at (``pointwise.in_place_pairs``), every load of it comes
+    before the first store, and the output's value depends on a reduction of its row (so each
+    element is stored only after the whole row, that element included, was read: a softmax over
+    the scores it overwrites)."""
+    if not stores:
+        return ()
+    first_store = next(k for k, line in enumerate(body.lines) if line.lstrip().startswith("tl.store("))
+    read_late = {name for name, ptr in body.inputs.items()
+                 if any(f"tl.load({ptr} +" in line for line in body.lines[first_store:])}
+    return tuple((out, name) for out, name in in_place_pairs(body, stores) if name not in read_late)
 
 
 def _pass_eviction(number: int, passes: int) -> str:

@@ -24,9 +24,10 @@ from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 
 class WrapperSource:
-    def __init__(self, source: str, constants: dict[str, Any]) -> None:
+    def __init__(self, source: str, constants: dict[str, Any], memory: str = "") -> None:
         self.source = source
         self.constants = constants
+        self.memory = memory  # the memory plan in one line (memory.MemoryPlan.summary)
 
 
 def _render(value: Any, constants: dict[str, Any]) -> str:
@@ -86,7 +87,9 @@ def generate_wrapper(
     used = set(last_use) | returned
     allocated = {k: [b for b in step.stored if b.name not in graph.mutations and b.name not in scattered]
                  for k, step in enumerate(steps) if isinstance(step, KernelPlan)}
-    plan = memory.plan(steps, allocated, last_use, returned, set(scattered.values()), reuse=config.reuse_buffers)
+    in_place = {k: plan_kernel[id(step)].in_place for k, step in enumerate(steps) if isinstance(step, KernelPlan)}
+    plan = memory.plan(steps, allocated, last_use, returned, set(scattered.values()), reuse=config.reuse_buffers,
+                       in_place=in_place)
     layouts = {b.name: b for bufs in allocated.values() for b in bufs}
     layouts.update((b.name, b) for s in steps if isinstance(s, ExternCall) for _, b in s.node.outputs)
     taken_over = set(plan.reuse.values())  # freed when an output takes their memory, not where they die
@@ -133,7 +136,7 @@ def generate_wrapper(
                     if buf.name in graph.foreign and buf.name in kernel_reads and buf.name not in returned:
                         w.line(f"{buf.name} = {buf.name}.to(device)")
             else:
-                _launch(w, plan_kernel[id(step)], graph.mutations, scattered, plan.reuse, layouts)
+                _launch(w, plan_kernel[id(step)], graph.mutations, scattered, plan, layouts)
             if observe:
                 _observe(w, k, step, plan_kernel.get(id(step)), graph.fx_values, used)
             dead = sorted(n for n, last in last_use.items() if last == k and n not in returned and n not in taken_over)
@@ -141,7 +144,7 @@ def generate_wrapper(
                 w.line(f"del {', '.join(dead)}")
         outs = [_render(o, constants) for o in graph.outputs]
         w.line(f"return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-    return WrapperSource(w.source(), constants)
+    return WrapperSource(w.source(), constants, plan.summary())
 
 
 def _observe(w: LineWriter, k: int, step: KernelPlan | ExternCall, kernel: KernelSource | None,
@@ -190,25 +193,31 @@ def _expect_layout(w: LineWriter, buf: ir.Buffer) -> None:
         w.line(f"{buf.name} = expect_layout({buf.name}, {buf.sizes}, {buf.strides})")
 
 
+def _same_memory(old: ir.Buffer, new: ir.Buffer) -> str:
+    """``new`` on ``old``'s memory: the same tensor, or a view of it in ``new``'s layout."""
+    if (old.sizes, old.strides) == (new.sizes, new.strides):
+        return old.name
+    return f"view({old.name}, {new.sizes}, {new.strides}, 0)"
+
+
 def _op_alias(op: str) -> str:
     """The wrapper module's name for an ATen op: ``aten.convolution.default`` -> ``aten_convolution``."""
     return op.removesuffix(".default").replace(".", "_")
 
 
 def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scattered: dict[str, str],
-            reuse: dict[str, str], layouts: dict[str, ir.Buffer]) -> None:
+            plan: memory.MemoryPlan, layouts: dict[str, ir.Buffer]) -> None:
     for buf in kernel.plan.stored:
         if buf.name in mutations:
             w.line(f"{buf.name} = {mutations[buf.name]}  # aten.copy_ into the input, in place")
         elif buf.name in scattered:
             w.line(f"{buf.name} = {scattered[buf.name]}  # scattered into, in place")
-        elif buf.name in reuse:  # a dead buffer's memory (memory.py)
-            old = layouts[reuse[buf.name]]
-            if (old.sizes, old.strides) == (buf.sizes, buf.strides):
-                w.line(f"{buf.name} = {old.name}; del {old.name}  # its memory: {old.name} is dead")
-            else:
-                w.line(f"{buf.name} = view({old.name}, {buf.sizes}, {buf.strides}, 0); del {old.name}"
-                       f"  # {old.name}'s memory: it is dead")
+        elif buf.name in plan.reuse:  # a dead buffer's memory (memory.py)
+            old = layouts[plan.reuse[buf.name]]
+            w.line(f"{buf.name} = {_same_memory(old, buf)}; del {old.name}  # its memory: {old.name} is dead")
+        elif buf.name in plan.in_place:  # written over an input read here for the last time (memory.py)
+            old = layouts[plan.in_place[buf.name]]
+            w.line(f"{buf.name} = {_same_memory(old, buf)}  # over {old.name}, element by element: its last use")
         else:
             w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
     if kernel.grid == 0:

@@ -193,7 +193,7 @@ class GraphLowering(IRBuilder):
         self.foreign: set[str] = set()  # extern results on another device (ir.IRGraph.foreign)
         # layouts.py: 2-d convolutions read channels-last inputs; the first ``user_outputs``
         # outputs (all where None) keep eager's layout once some tensor's layout was changed
-        self.channels_last = layouts.wants_channels_last(self.device)
+        self.channels_last = layouts.wants_channels_last(self.device, gm)
         self.relaid: dict[ir.View, TensorArg] = {}  # a tensor's channels-last copy, made once
         self.padded: dict[tuple, TensorArg] = {}  # a matrix's zero-padded copy (matmuls.py), made once
         self.padded_products: set[str] = set()  # buffers of products with padded columns (matmuls.py)

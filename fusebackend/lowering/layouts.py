@@ -14,6 +14,12 @@ input. ATen returns a channels-last result, the pointwise work after it keeps th
 op's meta output follows its inputs), and the next convolution's input is channels-last already:
 a chain of convolutions, normalizations and activations converts once, at its start.
 
+A graph where convolutions are a small part of the work (fewer than one in ``OPS_PER_CONVOLUTION``
+ops: a vision transformer's patch embedding) keeps eager's layouts: there is no chain to convert
+once, and the conversion would copy the image and the weight for one call. In CLIP's image tower
+(b64, bf16) that copy was 23 MiB of its 88 MiB peak above the weights, where Inductor, which
+makes the same choice for such graphs, converted nothing (H100, torch 2.11, 2026-11-25).
+
 Graph outputs that the user sees keep the layout eager gives them (a generated copy where it
 differs, fused into the kernel that computes the value); tensors a forward graph saves for its
 backward keep the channels-last layout, and the backward graph, compiled for the tensors it is
@@ -25,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.fx
 
 from fusebackend.config import config
 
@@ -33,14 +40,30 @@ aten = torch.ops.aten
 CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
 MODES = ("auto", "channels_last", "keep")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# With ``auto``, a graph with fewer 2-d convolutions than one in this many ops keeps its layouts
+OPS_PER_CONVOLUTION = 200
 
 
-def wants_channels_last(device: torch.device) -> bool:
-    """Whether this graph's 2-d convolutions take channels-last inputs (``config.conv_layout``)."""
+def wants_channels_last(device: torch.device, gm: torch.fx.GraphModule) -> bool:
+    """Whether this graph's 2-d convolutions take channels-last inputs (``config.conv_layout``;
+    with ``auto``, on a GPU where convolutions are not a small part of the graph)."""
     mode = config.conv_layout
     if mode not in MODES:
         raise ValueError(f"FUSE_CONV_LAYOUT={mode!r}: choose from {', '.join(MODES)}")
-    return mode == "channels_last" or (mode == "auto" and device.type == "cuda")
+    if mode != "auto":
+        return mode == "channels_last"
+    if device.type != "cuda":
+        return False
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    convolutions = sum(1 for n in ops if n.target in CONVOLUTIONS and _is_2d(n))
+    return convolutions * OPS_PER_CONVOLUTION >= len(ops)
+
+
+def _is_2d(node: torch.fx.Node) -> bool:
+    """A convolution (or its backward) of 4-dim tensors, by its traced output."""
+    val = node.meta.get("val")
+    results = val if isinstance(val, (tuple, list)) else (val,)
+    return any(isinstance(r, torch.Tensor) and r.dim() == 4 for r in results)
 
 
 def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
