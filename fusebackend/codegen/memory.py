@@ -24,10 +24,11 @@ intermediates live after any step, every buffer freed after its last use) where 
 block held idle over the graph's widest point would raise it. A dead buffer that no later
 output takes is freed where it dies, as before.
 
-A pointwise kernel may also write an output over an input that dies at that kernel (in place),
-where the kernel reads the input only at the element it writes (``KernelSource.in_place``: each
-element is read by the lane that then overwrites it) and the input's memory may be taken over
-as above. The two then never take two blocks at once: a batch norm, residual add and ReLU
+A kernel may also write an output over an input that dies at that kernel (in place), where it
+reads the input only at the element it writes (``KernelSource.in_place``): a pointwise kernel,
+whose lane reads each element before overwriting it, or a persistent reduction whose output
+depends on its row's reduction, so that the whole row was read before any of it is stored (a
+softmax over its scores). The input's memory must also be one that may be taken over, as above. The two then never take two blocks at once: a batch norm, residual add and ReLU
 after a convolution write over the convolution's result, and a GELU over its matrix product's,
 as Inductor does (in ResNet-50's first block at b64, three 98 MiB blocks were live at once
 where Inductor had two: H100, torch 2.11, 2026-11-25). The planned peak counts the step once.

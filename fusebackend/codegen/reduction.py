@@ -122,8 +122,10 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
         return outputs[buf.name]
 
     # full-size outputs of a persistent kernel that depend on a reduction of their own row, and
-    # their offsets: candidates for being written over an input (in_place_pairs)
+    # their offsets: candidates for being written over an input (in_place_pairs); and how many
+    # loads the body had made when it first stored
     after_reduction: dict[str, sympy.Expr] = {}
+    loads_before_store: list[int] = []
 
     def store(node: ir.Node, value: str, dims: frozenset[str]) -> None:
         buf = node.buffer
@@ -138,6 +140,8 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
             mask = guard if mask is None else f"{guard} & {mask}"
         elif persistent and dims == FULL and depth[node.name] > 0:
             after_reduction[buf.name] = offset
+        if not loads_before_store:
+            loads_before_store.append(len(body.load_offsets))
         body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}"
                       + (f", {mask})" if mask else ")"))
 
@@ -217,20 +221,19 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     grid = runtime.cdiv(xnumel, launch["XBLOCK"])
     args = tuple(body.inputs) + tuple(outputs)
     return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan, body.asserts,
-                        in_place=_in_place(body, after_reduction))
+                        in_place=_in_place(body, after_reduction, loads_before_store))
 
 
-def _in_place(body: KernelBody, stores: dict[str, sympy.Expr]) -> tuple[tuple[str, str], ...]:
+def _in_place(body: KernelBody, stores: dict[str, sympy.Expr], loads_before_store: list[int]
+              ) -> tuple[tuple[str, str], ...]:
     """(output, input) pairs of a persistent kernel that may share memory: the input is read only
-    at the element the output is stored at (``pointwise.in_place_pairs``), every load of it comes
+    at the element the output is stored at (``body.in_place_pairs``), every load of it comes
     before the first store, and the output's value depends on a reduction of its row (so each
     element is stored only after the whole row, that element included, was read: a softmax over
     the scores it overwrites)."""
     if not stores:
         return ()
-    first_store = next(k for k, line in enumerate(body.lines) if line.lstrip().startswith("tl.store("))
-    read_late = {name for name, ptr in body.inputs.items()
-                 if any(f"tl.load({ptr} +" in line for line in body.lines[first_store:])}
+    read_late = {buf.name for buf, _ in body.load_offsets[loads_before_store[0]:]}
     return tuple((out, name) for out, name in in_place_pairs(body, stores) if name not in read_late)
 
 
