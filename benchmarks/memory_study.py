@@ -10,6 +10,10 @@ of generated code (fuse's wrapper, Inductor's output code) or of the model that 
 
 Blocks allocated before the step (weights, inputs, eager's reference outputs) are counted in the
 peak but listed as one line, "before the step".
+
+In ``--mode train`` each variant's line also gives what its forward keeps for the backward: the
+memory still allocated once the loss is computed, and the distinct storages saved through autograd
+(``torch.autograd.graph.saved_tensors_hooks``), the model's parameters and buffers left out.
 """
 
 from __future__ import annotations
@@ -69,6 +73,35 @@ def live_at_peak(step: Any, device: torch.device) -> tuple[float, float, list[tu
     return (base + best) / _MIB, base / _MIB, sorted(at_best.values(), reverse=True)
 
 
+def saved_for_backward(built: Any, call: Any, device: torch.device) -> str:
+    """What a training step's forward keeps for its backward: the MiB allocated after the forward
+    (the loss computed, before the backward) above before it, and the MiB of the distinct storages
+    saved through autograd (``saved_tensors_hooks``; the model's own parameters and buffers left
+    out, since every variant holds those anyway), with how many tensors were saved."""
+    owned = {t.untyped_storage().data_ptr() for t in list(built.model.parameters()) + list(built.model.buffers())}
+    storages: dict[int, int] = {}
+    count = 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal count
+        count += 1
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in owned:
+            storages[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    for p in built.model.parameters():
+        p.grad = None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = built.loss(call(**built.train_inputs))
+    torch.cuda.synchronize(device)
+    held = (torch.cuda.memory_allocated(device) - before) / _MIB
+    loss.backward()
+    return f"held after forward {held:.1f} MiB; saved {sum(storages.values()) / _MIB:.1f} MiB in {count} tensors"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.memory_study", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet")
@@ -88,13 +121,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             make = _train_step if args.mode == "train" else _inference_step
             for variant in args.variants.split(","):
                 fusebackend.metrics.reset()
-                step = make(built, _compiler(variant)(built.model))
+                call = _compiler(variant)(built.model)
+                step = make(built, call)
                 step()  # compile
                 step()
                 peak, base, blocks = live_at_peak(step, device)
-                summary.append((name, variant, peak, base))
+                saved = ""
+                if args.mode == "train":
+                    saved = saved_for_backward(built, call, device)
+                summary.append((name, variant, peak, base, saved))
                 print(f"\n== {name} ({args.mode}, {built.shapes}) {variant}: peak {peak:.1f} MiB, "
-                      f"before the step {base:.1f} MiB")
+                      f"before the step {base:.1f} MiB" + (f", {saved}" if saved else ""))
                 grouped: collections.Counter[str] = collections.Counter()
                 for size, where in blocks:
                     grouped[where] += size
@@ -108,9 +145,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             del built
             _reset()
             torch.cuda.empty_cache()
-    print("\nmodel, variant, peak MiB, before the step MiB")
+    print("\nmodel, variant, peak MiB, before the step MiB, saved for backward")
     for row in summary:
-        print(f"{row[0]:22s} {row[1]:10s} {row[2]:9.1f} {row[3]:9.1f}")
+        print(f"{row[0]:22s} {row[1]:10s} {row[2]:9.1f} {row[3]:9.1f}  {row[4]}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ step whose wall time exceeds its kernel time is bound by launching, not by the G
 Python functions that take the most time, from ``cProfile``.
 
     PYTHONPATH=. python -m benchmarks.profile --cases transformer.train,convnet.forward
+
+``--zoo`` names zoo models instead (their inference step at the real size in bf16, ``--batch`` and
+``--seq`` narrowing it); variants may then carry a mode (``fuse@reduce-overhead``), and kernels
+replayed inside a CUDA graph are listed as the profiler sees them:
+
+    PYTHONPATH=. python -m benchmarks.profile --zoo tv_resnet50 --batch 1 \\
+        --variants inductor@reduce-overhead,fuse@reduce-overhead --top 30
 """
 
 from __future__ import annotations
@@ -67,24 +74,52 @@ def host_profile(step: Any, inputs: tuple[Any, ...], steps: int, top: int) -> No
         print("    " + ln[:150])
 
 
+def _zoo_steps(names: str, batch: int | None, seq: int | None, device: torch.device) -> Any:
+    """(name, setup) pairs for zoo models' inference steps, in the shape ``memory_bound``'s cases
+    give: ``setup()`` returns an object with ``make_inputs()`` and ``build(compiler)``."""
+    from benchmarks.zoo.registry import ZOO
+    from benchmarks.zoo.run import _compiler, _inference_step
+    from benchmarks.zoo.spec import narrow
+
+    class Work:
+        def __init__(self, name: str) -> None:
+            self.built = narrow(ZOO[name].build("real", device, torch.bfloat16), batch, seq)
+            self.built.model.eval()
+
+        def make_inputs(self) -> tuple[Any, ...]:
+            return ()
+
+        def build(self, variant: str) -> Any:
+            return _inference_step(self.built, _compiler(variant)(self.built.model))
+
+    return {name: (lambda name=name: Work(name)) for name in names.split(",")}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", required=True, help="comma-separated names from memory_bound and models_bench")
+    parser.add_argument("--cases", default="", help="comma-separated names from memory_bound and models_bench")
+    parser.add_argument("--zoo", default="", help="comma-separated zoo models (inference, real size, bf16)")
+    parser.add_argument("--batch", type=int, default=None, help="--zoo: the batch size")
+    parser.add_argument("--seq", type=int, default=None, help="--zoo: the sequence length")
     parser.add_argument("--variants", default="eager,inductor,fuse")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=12, help="kernels shown per variant")
     parser.add_argument("--host", action="store_true", help="also time the host side and profile its Python")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
-    every = {c.name: c for c in memory_bound.cases(device, small=False) + models_bench.cases(device, small=False)}
-    for name in args.cases.split(","):
-        work = every[name].setup()
+    if args.zoo:
+        setups = _zoo_steps(args.zoo, args.batch, args.seq, device)
+    else:
+        every = {c.name: c for c in memory_bound.cases(device, small=False) + models_bench.cases(device, small=False)}
+        setups = {name: every[name].setup for name in args.cases.split(",")}
+    for name, setup in setups.items():
+        work = setup()
         for variant in args.variants.split(","):
             torch._dynamo.reset()
             torch.manual_seed(0)
             inputs = tuple(work.make_inputs())
-            step = work.build(harness.COMPILERS[variant])
-            for _ in range(2):
+            step = work.build(variant if args.zoo else harness.COMPILERS[variant])
+            for _ in range(3):
                 step(*inputs)
             times = kernel_times(step, inputs, args.steps)
             total = sum(us for _, us in times.values())
@@ -92,6 +127,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"\n{name} / {variant}: {total:.0f} us of kernels per step, {launches} launches")
             for kname, (n, us) in sorted(times.items(), key=lambda kv: -kv[1][1])[: args.top]:
                 print(f"  {us:9.1f} us  {n:3d}x  {kname[:110]}")
+            generated = {k: v for k, v in times.items() if k.startswith(("fused_", "triton_"))}
+            gen_us, gen_n = sum(us for _, us in generated.values()), sum(n for n, _ in generated.values())
+            print(f"  generated kernels {gen_us:.1f} us ({gen_n} launches); "
+                  f"library kernels {total - gen_us:.1f} us ({launches - gen_n} launches)")
             if args.host:
                 host_profile(step, inputs, args.steps * 4, args.top + 8)
         del work

@@ -119,6 +119,9 @@ class FuseGraphCode(OutputCode):
         pass  # the kernels' binaries are in Triton's own cache
 
 
+_PICKLED_OPS = ("torch.ops.aten", "torch.ops.prims")
+
+
 def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
     """The graph with its nodes' traced values (``torch.fx._graph_pickler``), and its constant
     tensors beside it: GraphPickler keeps a tensor's description, not its values (it is made for
@@ -130,7 +133,10 @@ def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
     for target in constants:
         _set_attribute(gm, target, None)
     try:
-        graph = GraphPickler.dumps(gm, Options(node_metadata_key_filter=lambda key: key == "val"))
+        # ATen's ops, and the prims fuse's decompositions use (a max pool's window offsets,
+        # registered by ``torch._inductor.inductor_prims``, which fuse imports before loading)
+        graph = GraphPickler.dumps(gm, Options(node_metadata_key_filter=lambda key: key == "val",
+                                               ops_filter=lambda name: name.startswith(_PICKLED_OPS)))
     finally:
         for target, value in constants.items():
             _set_attribute(gm, target, value)

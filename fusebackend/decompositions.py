@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from typing import Any, Callable, Iterator
 
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers the max pool offset prims)
 from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 _EXTRA = [
     aten.gelu, aten.gelu_backward, aten.leaky_relu, aten.leaky_relu_backward,
@@ -63,6 +66,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table.update(RANDOM)
+    table.update(POOLS)
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP | _WRONG}
 
 
@@ -82,6 +86,36 @@ def _normal_functional(x: torch.Tensor, mean: float = 0.0, std: float = 1.0, gen
 
 
 RANDOM = {aten.uniform.default: _uniform, aten.normal_functional.default: _normal_functional}
+
+MAX_WINDOW_OFFSET = 127  # window positions an int8 holds
+
+
+def _max_pool_with_offsets(nd: int) -> Callable[..., Any]:
+    """``max_pool{nd}d_with_indices`` as Inductor decomposes it: the forward keeps where each
+    maximum was as an int8 position in its window, and the indices are computed from those by a
+    pointwise op that AOTAutograd's partitioner recomputes in the backward, so a training step
+    saves the int8 positions, not int64 indices (``lowering/pooling.py`` lowers both ops)."""
+
+    def decompose(x: torch.Tensor, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
+                  ceil_mode: bool = False) -> Any:
+        def listed(v: Any) -> list[int]:
+            v = [v] if isinstance(v, int) else list(v)
+            return v * nd if len(v) == 1 else v
+
+        kernel = listed(kernel_size)
+        if math.prod(kernel) > MAX_WINDOW_OFFSET or x.dim() not in (nd + 1, nd + 2) or not x.is_floating_point():
+            return NotImplemented  # stays the ATen op (integer pools are ATen calls, pooling.py)
+        steps = listed(stride) if stride not in (None, [], ()) else kernel
+        pads, dilations = listed(padding), listed(dilation)
+        values, offsets = prims._low_memory_max_pool_with_offsets(x, kernel, steps, pads, dilations, ceil_mode)
+        indices = prims._low_memory_max_pool_offsets_to_indices(offsets, kernel, x.shape[-nd:], steps, pads, dilations)
+        return values, indices
+
+    return decompose
+
+
+POOLS = {aten.max_pool2d_with_indices.default: _max_pool_with_offsets(2),
+         aten.max_pool3d_with_indices.default: _max_pool_with_offsets(3)}
 
 
 @contextlib.contextmanager

@@ -198,6 +198,10 @@ def test_gpu_pointwise_configs_hold_32_bytes_per_thread(monkeypatch: pytest.Monk
     assert runtime.pointwise_config(1 << 20, 2) == {"XBLOCK": 2048, "num_warps": 4}
     assert runtime.pointwise_config(1 << 20, 4) == {"XBLOCK": 1024, "num_warps": 4}
     assert runtime.pointwise_config(100, 4) == {"XBLOCK": 128, "num_warps": 1}
+    # under SMALL_POINTWISE elements (batch 1's activations) the kernel is one wave: blocks of 512
+    assert runtime.pointwise_config(runtime.SMALL_POINTWISE - 1, 2) == {"XBLOCK": 512, "num_warps": 4}
+    assert runtime.pointwise_config(50176, 4) == {"XBLOCK": 512, "num_warps": 4}
+    assert runtime.pointwise_config(50176, 8) == {"XBLOCK": 512, "num_warps": 4}
     seen: list[int] = []
     original = runtime.pointwise_config
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 import torch
 
 import fusebackend
@@ -176,3 +178,59 @@ def test_the_fusion_report_gives_the_planned_peak() -> None:
     report = str(fusebackend.explain(lambda x, w: torch.relu(x @ w) * 2, x, w))
     # the product's 512 B, which the ReLU's output is written over
     assert report.rstrip().endswith("1 are written over their kernel's input; planned peak of intermediates 512 B")
+
+
+def test_steps_run_in_the_order_that_lowers_the_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GPT-2's head backward: both products read the padded gradient; the padded weight dies at
+    # the second. In the graph's order the first product's result is allocated while the padded
+    # weight still waits; run the second first and the weight is freed before (ordering.py).
+    from fusebackend.scheduler import ordering
+
+    monkeypatch.setattr(ordering, "MIN_GAIN_BYTES", 0)  # tiny shapes: the share alone decides
+    torch.manual_seed(0)
+    g, w, h = torch.randn(16, 101), torch.randn(101, 32), torch.randn(16, 32)
+
+    def fn(g: torch.Tensor, w: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return g.t() @ h, g @ w  # a [101, 32] result, then a [16, 32] one
+
+    peaks = {}
+    for share in (1.0, ordering.MIN_GAIN):  # a share of 1.0: never reordered
+        torch._dynamo.reset()
+        monkeypatch.setattr(ordering, "MIN_GAIN", share)
+        with fusebackend.config.patch(pad_mm="always", graph_cache=False):
+            out = compile_fn(fn)(g, w, h)
+        for a, e in zip(out, fn(g, w, h)):
+            assert_same(a, e)
+        source = wrapper()
+        products = re.findall(r"= aten_mm\((.*)\)$", source, re.M)
+        peaks[share] = float(re.search(r"planned peak of intermediates ([\d.]+) KiB", source).group(1))
+        # reordered, the product that reads the padded weight (a buffer, not a view of g) is first
+        assert products[0].startswith("buf") == (share < 1.0), source
+    # the [101, 32] result (12.6 KiB) is no longer live beside the padded weight (13 KiB)
+    assert peaks[ordering.MIN_GAIN] == pytest.approx(peaks[1.0] - 101 * 32 * 4 / 1024, abs=0.01)
+
+
+def _roots_then_peak(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, v: torch.Tensor, late: bool) -> torch.Tensor:
+    # w1 * 3 and w2 * 5 read graph inputs alone (as a convolution's weight made channels-last
+    # does): siblings that one kernel could make. ``big`` (16 KiB) is the widest point.
+    a = torch.tanh(x @ (w1 * 3))
+    if not late:
+        a = torch.tanh(a @ (w2 * 5))
+    big = torch.cat([a, a, a, a], 1).sin()
+    s = torch.tanh((big @ v) * x)
+    return s @ (w2 * 5) if late else s
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["read-before-the-peak", "read-after-the-peak"])
+def test_roots_are_not_made_together_where_one_would_wait_over_the_peak(late: bool) -> None:
+    torch.manual_seed(0)
+    args = torch.randn(64, 16), torch.randn(16, 16), torch.randn(16, 16), torch.randn(64, 1)
+    fn = lambda *a: _roots_then_peak(*a, late=late)
+    with fusebackend.config.patch(graph_cache=False):
+        out = compile_fn(fn)(*args)
+    assert_same(out, fn(*args), atol=1e-4, rtol=1e-4)
+    schedule = fusebackend.last_compiled().schedule
+    # read after the peak, w2 * 5 made with w1 * 3 would hold its 1 KiB over it (fusion.py)
+    assert ("siblings:" in schedule) == (not late), schedule
+    if late:
+        assert "planned peak of intermediates 20.00 KiB" in schedule

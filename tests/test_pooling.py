@@ -290,6 +290,21 @@ def test_training_step_backward_is_one_kernel() -> None:
     assert fusebackend.history()[-1].kernel_count == 1
 
 
+@pytest.mark.parametrize("dilation", [1, 2], ids=lambda d: f"dilation{d}")
+def test_training_saves_int8_window_positions(dilation: int) -> None:
+    # the forward returns (for the backward) each maximum's position in its window as an int8,
+    # not int64 indices, and the backward turns them into indices
+    fn = lambda x: F.max_pool2d(torch.relu(x * 2), 3, 2, 1, dilation=dilation)
+    check_backward(fn, torch.randn(2, 3, 9, 11))
+    forward = next(a for a in fusebackend.history() if a.name.startswith("forward"))
+    returned = forward.wrapper.split("return (", 1)[1]
+    assert "torch.int8" in forward.wrapper and "torch.int64" not in forward.wrapper, forward.wrapper
+    assert returned.count("buf") == 3  # the maximum, relu's output, the positions
+    # dilated, 9 windows cover an element: recomputing the indices at each costs more than
+    # reading them, and the backward writes them first (two kernels)
+    assert fusebackend.history()[-1].kernel_count == (1 if dilation == 1 else 2)
+
+
 def test_window_loads_are_element_by_element() -> None:
     # Loads whose offset clamps or divides carry contiguity, divisibility and constancy hints of
     # 1 (indexing.window_arithmetic: Triton 3.6 vectorized such a load wrongly on a GPU); a

@@ -116,6 +116,23 @@ def test_batch_norm_of_a_channels_last_tensor_is_column_tiled(dtype: torch.dtype
         assert f"tl.load(in_ptr{k} + (x_inner))" in source
     assert "tl.load(in_ptr0 + (x_inner + 64*y_index))" in source
     assert "xmask" not in source
+    # 1 / sqrt(var + eps) is one rsqrt, not a correctly rounded root and division (body.py)
+    assert source.count("tl.rsqrt(") == 1 and "th.div(" not in source and "th.sqrt(" not in source
+
+
+def test_small_batch_norm_stays_flat_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a GPU a kernel under runtime.SMALL_POINTWISE elements is one wave, which flat blocks of
+    # 512 finish sooner than tiles; the interpreter tiles at every size (the test above).
+    from fusebackend.codegen import pointwise
+    from fusebackend.kernels import runtime
+
+    monkeypatch.setattr(pointwise, "use_interpreter", lambda: False)  # the tiling choice alone
+    check(_batch_norm_nhwc, *_bn_inputs(2, 64, 5, 4, torch.bfloat16))
+    source = _source()
+    assert "rows (y) of" not in source and "YBLOCK" not in source
+    monkeypatch.setattr(runtime, "SMALL_POINTWISE", 0)  # another shape: not the cached graph's
+    check(_batch_norm_nhwc, *_bn_inputs(4, 64, 5, 2, torch.bfloat16))
+    assert "# tiled: 40 rows (y) of 64 columns (x)" in _source()
 
 
 @pytest.mark.parametrize("shape", [(2, 24, 5, 4), (1, 64, 1, 3), (4, 48, 7, 4)], ids=str)

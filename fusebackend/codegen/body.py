@@ -251,6 +251,9 @@ class KernelBody:
             inlined = self.resolve(expr.args[0], subst)
             if inlined is not None:  # fold casts across the fusion boundary (fp32 stays fp32)
                 return self.value(ir.cast(inlined, expr.dtype), {})
+        root = self._reciprocal_root(expr, subst)
+        if root is not None:
+            return self.value(ir.Op("rsqrt", (root,), torch.float32), {})
         constants = [self._constant(a, subst) for a in expr.args]
         if all(c is not None for c in constants):  # e.g. an op on an inlined full()
             folded = ir.fold(ir.Op(expr.name, tuple(constants), expr.dtype))
@@ -271,6 +274,26 @@ class KernelBody:
         if not dims and (expr.name in _COMPARISONS or (expr.name == "to" and expr.dtype == torch.bool)):
             text = f"th.as_bool({text})"
         return self._emit(text, dims)
+
+    def _reciprocal_root(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Expr | None:
+        """For an fp32 ``1 / sqrt(v)`` whose root is computed in this kernel: ``v``, so that it
+        renders as one ``rsqrt``; else None.
+
+        Batch norm's decomposition divides 1 by the correctly rounded root of the variance, and
+        correctly rounded division and root are long instruction sequences on a GPU: at batch 1,
+        where a kernel's time is the latency of its one pass, they made ResNet-50's batch norms
+        1.8 us against 1.5 us for Inductor's (H100, 2026-11-25). ``rsqrt`` is within 2 ulp of
+        the quotient, as Inductor's approximate division is, and ``torch.rsqrt`` on the GPU.
+        """
+        if expr.name != "truediv" or expr.dtype != torch.float32 or not isinstance(expr.args[1], ir.Load):
+            return None
+        one = self._constant(expr.args[0], subst)
+        if one is None or one.value != 1.0:
+            return None
+        root = self.resolve(expr.args[1], subst)
+        if isinstance(root, ir.Op) and root.name == "sqrt" and root.dtype == torch.float32:
+            return root.args[0]
+        return None
 
     def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         view = expr.view

@@ -328,6 +328,9 @@ def direct_launch(compiled: Any, grid: tuple[int, int, int]) -> DirectLaunch:
     return DirectLaunch(runner, launch, head, grid, triton.knobs.runtime)
 
 
+SMALL_POINTWISE = 1 << 20  # elements under which a pointwise kernel is bound by latency, not bandwidth
+
+
 def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     """Block size and warps for a flat kernel over ``numel`` elements.
 
@@ -340,7 +343,15 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     # blocks of 2048 by 4 warps reached 100% of the copy floor on batch-norm + relu (1024: 87%,
     # 2026-11-22); fp32 in blocks of 1024 by 4 warps 99.8% on silu(a) * b + 1 (2048: 98.8%,
     # 2026-11-23).
-    block = min(_next_pow2(numel), 4096 // max(itemsize, 1))
+    # A small kernel (under SMALL_POINTWISE elements, such as batch 1's activations) is bound by
+    # the latency of its one wave, not by bandwidth: blocks of 512 by 4 warps (4 elements a
+    # thread) ran batch norm + ReLU over channels-last ResNet-50 activations of 25K to 200K bf16
+    # elements in 1.44 to 1.61 us, against 1.77 us in blocks of 2048 and 1.48 to 1.65 us for
+    # Inductor's kernels (H100, replayed in CUDA graphs, benchmarks/tile_study.py, 2026-11-25).
+    if numel < SMALL_POINTWISE and itemsize <= 4:
+        block = min(_next_pow2(numel), 512)
+    else:
+        block = min(_next_pow2(numel), 4096 // max(itemsize, 1))
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
 
 

@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 import sympy
 import torch
+import torch._inductor.inductor_prims  # noqa: F401  (registers the max pool offset prims lowered here)
 
 from fusebackend import indexing, ir
 from fusebackend.indexing import FloorDiv, ModIdx
@@ -53,6 +54,7 @@ from fusebackend.lowering.windows import (
 )
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 def float_input(x: TensorArg) -> None:
@@ -69,7 +71,9 @@ def _plane_offset(index: Sequence[sympy.Expr], windows: Sequence[Window]) -> sym
 
 
 def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride: Any, padding: Any,
-              dilation: Any, ceil_mode: bool) -> tuple[TensorArg, TensorArg]:
+              dilation: Any, ceil_mode: bool, offsets: bool = False) -> tuple[TensorArg, TensorArg]:
+    """The maximum over each window and where it was: the flat index into the input's plane, or
+    with ``offsets`` the position inside the window (int8, ``_low_memory_max_pool_with_offsets``)."""
     float_input(x)
     values_meta, indices_meta = b.out_meta
     sizes = tuple(values_meta.shape)
@@ -77,13 +81,13 @@ def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride:
     check_unrolled(math.prod(w.reach for w in windows), "a max pool window")
     acc = ir.compute_dtype(x.dtype)
 
-    def window(ctx: LoweringContext) -> tuple[list[sympy.Expr], list[tuple[tuple[sympy.Expr, ...], Cond]]]:
+    def window(ctx: LoweringContext) -> tuple[list[sympy.Expr], list[tuple[tuple[int, ...], tuple[sympy.Expr, ...], Cond]]]:
         lead, out_vars = list(ctx.vars[:-nd]), ctx.vars[-nd:]
-        return lead, [(idx, valid) for _, idx, valid in taps(windows, out_vars, ranges_of(ctx))]
+        return lead, taps(windows, out_vars, ranges_of(ctx))
 
     def maximum(ctx: LoweringContext) -> Expr:
         lead, taps = window(ctx)
-        values = [masked(valid, spatial_load(x, lead, idx, acc), -math.inf) for idx, valid in taps]
+        values = [masked(valid, spatial_load(x, lead, idx, acc), -math.inf) for _, idx, valid in taps]
         out = values[0]
         for v in values[1:]:
             out = op("maximum", out, v)  # NaN-propagating, as eager
@@ -91,22 +95,30 @@ def _max_pool(b: GraphLowering, x: TensorArg, nd: int, kernel_size: Any, stride:
 
     values = b.pointwise(sizes, x.dtype, maximum, values_meta.stride())
 
+    position_dtype = torch.int8 if offsets else torch.int64
+    kernel = [w.kernel for w in windows]
+
+    def position(at: tuple[int, ...], idx: tuple[sympy.Expr, ...], ranges: dict[sympy.Symbol, int]) -> Expr:
+        if offsets:
+            return Constant(indexing.ravel(list(at), indexing.contiguous_strides(kernel)), torch.int8)
+        return cast(index_value(_plane_offset(idx, windows), ranges), torch.int64)
+
     def argmax(ctx: LoweringContext) -> Expr:
         # The first position holding the maximum; where the maximum is NaN, the last NaN (eager
         # replaces its candidate on every NaN). Two chains, each referring to its tail once.
         lead, taps = window(ctx)
         best = ctx.value(values, acc)
         ranges = ranges_of(ctx)
-        found: Expr = Constant(0, torch.int64)
-        for idx, valid in reversed(taps):
+        found: Expr = Constant(0, position_dtype)
+        for at, idx, valid in reversed(taps):
             hit = conj(valid, op("eq", spatial_load(x, lead, idx, acc), best, dtype=torch.bool))
-            found = op("where", hit, cast(index_value(_plane_offset(idx, windows), ranges), torch.int64), found)
-        for idx, valid in taps:
+            found = op("where", hit, position(at, idx, ranges), found)
+        for at, idx, valid in taps:
             nan = conj(valid, op("isnan", spatial_load(x, lead, idx, acc), dtype=torch.bool))
-            found = op("where", nan, cast(index_value(_plane_offset(idx, windows), ranges), torch.int64), found)
+            found = op("where", nan, position(at, idx, ranges), found)
         return found
 
-    indices = b.pointwise(sizes, torch.int64, argmax, indices_meta.stride())
+    indices = b.pointwise(sizes, position_dtype, argmax, indices_meta.stride())
     return values, indices
 
 
@@ -120,6 +132,41 @@ def max_pool2d_with_indices(b: GraphLowering, self: TensorArg, kernel_size: Any,
 def max_pool3d_with_indices(b: GraphLowering, self: TensorArg, kernel_size: Any, stride: Any = (), padding: Any = 0,
                             dilation: Any = 1, ceil_mode: bool = False) -> tuple[TensorArg, TensorArg]:
     return _max_pool(b, self, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+# In training, the indices a max pool saves for its backward are int64, eight times the size of
+# a bf16 activation: ResNet-50's first pool saved 98 MiB of them at batch 64. Inductor's
+# decomposition (``decompositions.py`` uses it) has the forward keep each maximum's position in
+# its window as an int8, and the backward turn those into indices, a pointwise op that
+# AOTAutograd's partitioner recomputes there, so the int8 positions are what is saved.
+@register_composite(prims._low_memory_max_pool_with_offsets.default)
+def max_pool_with_offsets(b: GraphLowering, self: TensorArg, kernel_size: Any, stride: Any, padding: Any,
+                          dilation: Any, ceil_mode: bool) -> tuple[TensorArg, TensorArg]:
+    return _max_pool(b, self, len(kernel_size), kernel_size, stride, padding, dilation, ceil_mode, offsets=True)
+
+
+@register_pointwise(prims._low_memory_max_pool_offsets_to_indices.default)
+def max_pool_offsets_to_indices(ctx: LoweringContext, self: TensorArg, kernel_size: Any, input_size: Any,
+                                stride: Any, padding: Any, dilation: Any) -> Expr:
+    """The flat plane index of the window position ``self`` of the output element at ``ctx``:
+    the window's first element (``i * stride - padding`` along each dim) plus, along each dim,
+    the position's step there (``dilation`` elements each). Few operations, so that the max
+    pool's backward, which reads it at every window covering an element, recomputes it."""
+    nd = len(kernel_size)
+    position = ctx.value(self, torch.int64)
+    ranges = ranges_of(ctx)
+    plane = indexing.contiguous_strides(list(input_size))
+    start = sum((v * s * p for v, s, p in zip(ctx.vars[-nd:], stride, plane)), sympy.Integer(0))
+    index = op("sub", cast(index_value(start, ranges), torch.int64),
+               Constant(sum(pad * p for pad, p in zip(padding, plane)), torch.int64))
+    for d in range(nd):
+        inner = math.prod(kernel_size[d + 1:])
+        k = position if inner == 1 else op("int_truncdiv", position, Constant(inner, torch.int64))
+        if d > 0:  # the first dim's step is below kernel_size[0] already
+            k = op("int_truncmod", k, Constant(kernel_size[d], torch.int64))
+        step = dilation[d] * plane[d]
+        index = op("add", index, k if step == 1 else op("mul", k, Constant(step, torch.int64)))
+    return index
 
 
 def _covering(ctx: LoweringContext, windows: Sequence[Window], nd: int

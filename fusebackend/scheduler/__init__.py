@@ -2,7 +2,8 @@
 
 ``schedule(graph)`` fuses nodes (``fusion.py``) by the bytes each fusion saves
 (``cost_model.py``), recomputes in their readers the cheap pointwise results fusion would store
-(``recompute.py``) and fuses again, and orders the groups. Each ``KernelPlan`` names its nodes, the buffers it
+(``recompute.py``) and fuses again, and orders the groups (``ordering.py``: the graph's order,
+unless another lowers the peak of memory). Each ``KernelPlan`` names its nodes, the buffers it
 must store (read outside the group or returned by the graph) and its byte accounting; the
 ``Schedule`` keeps every fusion taken and every one refused, with its reason.
 """
@@ -15,6 +16,7 @@ from fusebackend import ir
 from fusebackend.config import config
 from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
+from fusebackend.scheduler.ordering import memory_order
 from fusebackend.scheduler.recompute import inline_cheap
 from fusebackend.scheduler.space import KernelSpace, plan_space
 
@@ -141,7 +143,7 @@ def schedule(graph: ir.IRGraph) -> Schedule:
             break
         recomputed, absorbed = recomputed + more, absorbed + chains
     steps: list[Step] = []
-    for g in groups.topological():
+    for g in memory_order(groups, model) if config.fusion else groups.topological():
         members = groups.members[g]
         nodes = tuple(groups.nodes[n] for n in members)
         if len(nodes) == 1 and isinstance(nodes[0], ir.Extern):

@@ -253,6 +253,21 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
         return not any(isinstance(groups.nodes[n], (ir.Extern, ir.Scatter)) for n in members) and (
             sum(model.traffic(members)) <= SMALL_KERNEL_BYTES)
 
+    from fusebackend.scheduler.ordering import live_profile
+
+    position, live, made = live_profile(groups, model)
+    peak = max(live, default=0)
+
+    def holds_over_peak(a: str, b: str) -> bool:
+        """Whether running root ``b`` with the earlier ``a`` holds its outputs across the widest
+        point: groups that read graph inputs alone (a convolution's weight made channels-last)
+        would otherwise all run at the first one's place, and their outputs wait there for
+        their readers. ResNet-50's first stage made three such weights at once, 0.1 MiB above
+        Inductor's peak at b64 (H100, 2026-11-25)."""
+        first, later = sorted((position[a], position[b]))
+        held = made[b] if position[b] == later else made[a]
+        return max(live[first:later], default=0) + held > peak
+
     merged = True
     while merged:  # a merge can give a group new siblings
         merged = False
@@ -267,9 +282,16 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
                 for b in pending[1:]:
                     if not _may_share_space(_space_key(groups, a), _space_key(groups, b)):
                         rest.append(b)  # cannot share a kernel; spares the legality check
+                    elif parent is None and holds_over_peak(a, b):
+                        rest.append(b)
                     elif why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
                         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), "siblings", 0))
-                        a = groups.merge(a, b)
+                        first, later = sorted((position[a], position[b]))
+                        for k in range(first, later):  # the later one's outputs now wait from the first's place
+                            live[k] += made[b] if position[b] == later else made[a]
+                        keep = groups.merge(a, b)
+                        position[keep], made[keep] = first, made[a] + made[b]
+                        a = keep
                         merged = True
                     else:
                         rest.append(b)
