@@ -344,10 +344,11 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     # 2026-11-22); fp32 in blocks of 1024 by 4 warps 99.8% on silu(a) * b + 1 (2048: 98.8%,
     # 2026-11-23).
     # A small kernel (under SMALL_POINTWISE elements, such as batch 1's activations) is bound by
-    # the latency of its one wave, not by bandwidth: blocks of 512 by 4 warps (4 elements a
-    # thread) ran batch norm + ReLU over channels-last ResNet-50 activations of 25K to 200K bf16
-    # elements in 1.44 to 1.61 us, against 1.77 us in blocks of 2048 and 1.48 to 1.65 us for
-    # Inductor's kernels (H100, replayed in CUDA graphs, benchmarks/tile_study.py, 2026-11-25).
+    # the latency of its one wave, not by bandwidth: in blocks of 512 by 4 warps (4 elements a
+    # thread) a flat batch norm + ReLU over channels-last ResNet-50 activations of 25K to 200K
+    # bf16 elements ran in 1.43 to 1.61 us, against 1.65 to 1.77 us in blocks of 2048 (H100,
+    # replayed in CUDA graphs, benchmarks/tile_study.py, 2026-11-25). With one rsqrt for
+    # 1 / sqrt (codegen/body.py), ResNet-50's replay at batch 1 went from 0.497 to 0.456 ms.
     if numel < SMALL_POINTWISE and itemsize <= 4:
         block = min(_next_pow2(numel), 512)
     else:
