@@ -303,6 +303,20 @@ def _flatten(value: Any) -> Iterator[Any]:
         yield value
 
 
+def storage_numel(buf: Buffer) -> int:
+    """Elements of memory a buffer spans: from its first element to its last, plus one."""
+    if any(s == 0 for s in buf.sizes):
+        return 0
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))
+
+
+def may_alias_arguments(node: Extern) -> bool:
+    """Whether an ATen op's result may share memory with an argument: its schema says a result
+    aliases one (a view op), or it has no schema, or it is an ``unsafe_`` view op (unannotated)."""
+    schema = getattr(node.op, "_schema", None)
+    return schema is None or any(r.alias_info is not None for r in schema.returns) or "unsafe" in schema.name
+
+
 def written_buffers(node: Node) -> list[Buffer]:
     if isinstance(node, Extern):
         return [b for _, b in node.outputs]

@@ -58,13 +58,6 @@ class MemoryPlan:
                 f"planned peak of intermediates {format_bytes(self.peak_bytes)}")
 
 
-def storage_numel(buf: ir.Buffer) -> int:
-    """Elements of memory a buffer spans: from its first element to its last, plus one."""
-    if any(s == 0 for s in buf.sizes):
-        return 0
-    return 1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))
-
-
 def plan(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list[ir.Buffer]], last_use: dict[str, int],
          keep: set[str], shared: set[str], reuse: bool = True,
          in_place: dict[int, Sequence[tuple[str, str]]] | None = None) -> MemoryPlan:
@@ -123,11 +116,11 @@ def _buffers(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list
             made += [buf for _, buf in step.node.outputs]
             if len(step.node.outputs) == 1 and step.node.outputs[0][0] == () and not step.node.mutates:
                 buf = step.node.outputs[0][1]
-                owned[buf.name] = (buf.dtype, storage_numel(buf))
+                owned[buf.name] = (buf.dtype, ir.storage_numel(buf))
         for buf in made:
-            size[buf.name] = storage_numel(buf) * buf.dtype.itemsize
+            size[buf.name] = ir.storage_numel(buf) * buf.dtype.itemsize
             start[buf.name] = k
-        owned.update((buf.name, (buf.dtype, storage_numel(buf))) for buf in allocated.get(k, []))
+        owned.update((buf.name, (buf.dtype, ir.storage_numel(buf))) for buf in allocated.get(k, []))
     return size, start, owned
 
 
@@ -147,15 +140,10 @@ def _live_bytes(count: int, size: dict[str, int], start: dict[str, int], last_us
 
 
 def _aliased_by_externs(steps: Sequence[KernelPlan | ExternCall]) -> set[str]:
-    """Buffers read by an ATen op whose schema lets a result alias an argument (a view op): a
-    result may share their memory after they die."""
+    """Buffers read by an ATen op whose result may alias an argument (``ir.may_alias_arguments``):
+    a result may share their memory after they die."""
     out: set[str] = set()
     for step in steps:
-        if not isinstance(step, ExternCall):
-            continue
-        schema = getattr(step.node.op, "_schema", None)
-        if (schema is None or any(r.alias_info is not None for r in schema.returns)
-                or "unsafe" in schema.name):  # unsafe_split and kin: views, unannotated
+        if isinstance(step, ExternCall) and ir.may_alias_arguments(step.node):
             out |= {v.buffer.name for v in step.node.reads()}
     return out
-

@@ -258,15 +258,20 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
     position, live, made = live_profile(groups, model)
     peak = max(live, default=0)
 
+    def held(a: str, b: str) -> tuple[range, int]:
+        """Made together, the later group's outputs wait from the earlier one's place: the
+        positions they then wait over, and their bytes."""
+        (first, _), (later, g) = sorted(((position[a], a), (position[b], b)))
+        return range(first, later), made[g]
+
     def holds_over_peak(a: str, b: str) -> bool:
-        """Whether running root ``b`` with the earlier ``a`` holds its outputs across the widest
-        point: groups that read graph inputs alone (a convolution's weight made channels-last)
-        would otherwise all run at the first one's place, and their outputs wait there for
-        their readers. ResNet-50's first stage made three such weights at once, 0.1 MiB above
+        """Whether making roots ``a`` and ``b`` together holds outputs across the widest point:
+        groups that read graph inputs alone (a convolution's weight made channels-last) would
+        otherwise all run at the first one's place, and their outputs wait there for their
+        readers. ResNet-50's first stage made three such weights at once, 0.1 MiB above
         Inductor's peak at b64 (H100, 2026-11-25)."""
-        first, later = sorted((position[a], position[b]))
-        held = made[b] if position[b] == later else made[a]
-        return max(live[first:later], default=0) + held > peak
+        span, extra = held(a, b)
+        return max((live[k] for k in span), default=0) + extra > peak
 
     merged = True
     while merged:  # a merge can give a group new siblings
@@ -286,11 +291,11 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
                         rest.append(b)
                     elif why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
                         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), "siblings", 0))
-                        first, later = sorted((position[a], position[b]))
-                        for k in range(first, later):  # the later one's outputs now wait from the first's place
-                            live[k] += made[b] if position[b] == later else made[a]
+                        span, extra = held(a, b)
+                        for k in span:
+                            live[k] += extra
                         keep = groups.merge(a, b)
-                        position[keep], made[keep] = first, made[a] + made[b]
+                        position[keep], made[keep] = min(position[a], position[b]), made[a] + made[b]
                         a = keep
                         merged = True
                     else:

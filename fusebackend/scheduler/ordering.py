@@ -83,28 +83,16 @@ def footprints(groups: Groups, model: TrafficModel, order: list[str]) -> Footpri
         nodes = [groups.nodes[n] for n in members]
         if len(nodes) == 1 and isinstance(nodes[0], ir.Extern):
             externs.add(g)
-            out = [] if _aliases(nodes[0]) else [b for _, b in nodes[0].outputs]
+            out = [] if ir.may_alias_arguments(nodes[0]) else [b for _, b in nodes[0].outputs]
         else:
             out = model.stored(members)
-        made[g] = {b.name: _bytes(b) for b in out}
+        made[g] = {b.name: ir.storage_numel(b) * b.dtype.itemsize for b in out}
     owner = {name: g for g, bufs in made.items() for name in bufs}
     reads: dict[str, set[str]] = {}
     for g in order:
         names = {v.buffer.name for n in groups.members[g] for v in groups.nodes[n].reads()}
         reads[g] = {name for name in names if owner.get(name, g) != g}
     return Footprints(made, reads, externs, set(model.graph_outputs))
-
-
-def _aliases(node: ir.Extern) -> bool:
-    """Whether an ATen op's result may be a view of an argument (its schema says, or cannot)."""
-    schema = getattr(node.op, "_schema", None)
-    return schema is None or any(r.alias_info is not None for r in schema.returns)
-
-
-def _bytes(buf: ir.Buffer) -> int:
-    if any(s == 0 for s in buf.sizes):
-        return 0
-    return (1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))) * buf.dtype.itemsize
 
 
 def _live(order: list[str], fp: Footprints) -> list[int]:
