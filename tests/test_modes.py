@@ -118,16 +118,17 @@ def test_candidates_vary_blocks_and_are_generated_for_them() -> None:
     assert len({line.split(":")[1] for line in lines}) == len(lines)  # each a configuration of its own
 
 
-def _forcing(pick: Callable[[int], int]) -> Callable[..., float]:
+def _forcing(pick: Callable[[int], int]) -> Callable[..., tuple[float, float]]:
     """A ``Tuner._time`` that still launches each candidate but times ``pick(count)``'s fastest,
     so that a candidate other than the heuristic's is kept and then computes the results."""
 
     real = autotune.Tuner._time
 
-    def fake(self: autotune.Tuner, launcher: Any, stream: Any, args: Any) -> float:
+    def fake(self: autotune.Tuner, launcher: Any, stream: Any, args: Any) -> tuple[float, float]:
         real(self, launcher, stream, args)
         k = self.choices.index(launcher)
-        return 0.0 if k == pick(len(self.choices)) else 1.0 + k
+        took = 0.0 if k == pick(len(self.choices)) else 1.0 + k
+        return took, took
 
     return fake
 
@@ -158,6 +159,72 @@ def test_a_training_step_is_right_with_any_candidate_chosen(monkeypatch: pytest.
     chosen = [line for each in tuned for t in each.values() for line in t.splitlines() if "<- chosen" in line]
     assert not any(line.lstrip().startswith("heuristic") for line in chosen)  # candidates computed it
     assert fusebackend.metrics.eager_graphs == 0
+
+
+def _tiles_scans_scatters(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    transposed = (y.t() * 2 + 1).contiguous()  # a transposing tile
+    scanned = torch.cumsum(x * 3, dim=1)  # a scan, its row longer than the interpreter's blocks
+    added = torch.zeros(8, x.shape[1]).index_add_(0, idx, x.sin())  # a scatter (atomic adds)
+    return transposed, scanned, added
+
+
+@pytest.mark.parametrize("pick", [lambda n: n - 1, lambda n: min(1, n - 1)], ids=["last", "second"])
+def test_tiles_scans_and_scatters_are_tuned_and_right(monkeypatch: pytest.MonkeyPatch,
+                                                      pick: Callable[[int], int]) -> None:
+    monkeypatch.setattr(autotune.Tuner, "_time", _forcing(pick))
+    x, y, idx = torch.randn(64, 72), torch.randn(48, 80), torch.randint(0, 8, (64,))
+    out = torch.compile(_tiles_scans_scatters, backend="fuse", mode="max-autotune-no-cudagraphs")(x, y, idx)
+    for got, expected in zip(out, _tiles_scans_scatters(x, y, idx)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    artifacts = fusebackend.last_compiled()
+    sources = "\n".join(artifacts.kernels.values())
+    assert "tiled:" in sources and "tl.atomic_add" in sources
+    tuned = "\n".join(artifacts.autotune.values())
+    assert "YBLOCK=" in tuned  # the tile's candidates
+    assert {k.split("_")[1].rstrip("0123456789") for k in artifacts.autotune} >= {"pw", "scan", "scatter"}
+    assert fusebackend.metrics.eager_graphs == 0
+
+
+class _Source:
+    """What ``autotune.candidates`` reads of a generated kernel."""
+
+    def __init__(self, launch: dict[str, int], sizes: tuple[int, ...]) -> None:
+        self.launch, self.sizes = launch, sizes
+
+
+def test_a_looped_kernel_on_a_gpu_tries_other_stages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(autotune, "use_interpreter", lambda: False)
+    looped = autotune.candidates(_Source({"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}, (64, 65536)))
+    assert [c["num_stages"] for c in looped if "num_stages" in c] == list(autotune.STAGES)
+    assert all(c["RBLOCK"] * c["XBLOCK"] <= autotune.MAX_BLOCK and c["num_warps"] <= autotune.MAX_WARPS for c in looped)
+    persistent = autotune.candidates(_Source({"XBLOCK": 4, "RBLOCK": 256, "num_warps": 2}, (1000, 256)))
+    assert persistent and not any("num_stages" in c for c in persistent)  # no loop to pipeline
+    assert {"XBLOCK": 8, "RBLOCK": 256, "num_warps": 2} in persistent
+    assert not any(c["RBLOCK"] > 256 for c in persistent)  # a block within its extent
+    tile = autotune.candidates(_Source({"XBLOCK": 64, "YBLOCK": 16, "num_warps": 4}, (4096,)))
+    assert {"XBLOCK": 64, "YBLOCK": 32, "num_warps": 4} in tile and {"XBLOCK": 32, "YBLOCK": 16, "num_warps": 4} in tile
+
+
+def test_the_heuristic_stays_unless_a_candidate_is_clearly_faster(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Any) -> None:
+    """A candidate must beat the heuristic by ``MARGIN`` from memory and from the L2 cache."""
+    def timed(cold: float, warm: float) -> Callable[..., tuple[float, float]]:
+        def fake(self: autotune.Tuner, launcher: Any, stream: Any, args: Any) -> tuple[float, float]:
+            return (100.0, 50.0) if self.choices.index(launcher) == 0 else (100.0 * cold, 50.0 * warm)
+        return fake
+
+    x, w = torch.randn(37, 48), torch.randn(48, 40)
+    close, clear = 1 - autotune.MARGIN / 2, 1 - 2 * autotune.MARGIN
+    cases = [(close, clear, True), (clear, close, True), (clear, 1.2, True), (clear, clear, False)]
+    for k, (cold, warm, heuristic) in enumerate(cases):
+        torch._dynamo.reset()
+        monkeypatch.setattr(autotune.Tuner, "_time", timed(cold, warm))
+        with fusebackend.config.patch(graph_cache=False, cache_dir=str(tmp_path / str(k))):
+            out = torch.compile(_norm_after_gelu, backend="fuse", mode="max-autotune-no-cudagraphs")(x, w)
+        torch.testing.assert_close(out, _norm_after_gelu(x, w))
+        chosen = [line for t in fusebackend.last_compiled().autotune.values() for line in t.splitlines()
+                  if "<- chosen" in line]
+        assert chosen and all(line.lstrip().startswith("heuristic") == heuristic for line in chosen), (k, chosen)
 
 
 def test_the_choice_is_written_to_disk_and_read_back(tmp_path: Any) -> None:

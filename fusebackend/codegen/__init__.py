@@ -21,19 +21,26 @@ def generate(plan: KernelPlan, index: int, pdl: bool = False, launch: dict[str, 
     it may start while the kernel before it in the stream still runs, so its first statement
     waits on the GPU until that kernel has finished and its writes are visible.
 
-    ``launch``: blocks and warps to generate a reduction or a flat pointwise kernel for (an
-    autotuning candidate, ``autotune.candidates``); the heuristics' where None.
+    ``launch``: blocks, warps and stages to generate the kernel for (an autotuning candidate,
+    ``autotune.candidates``); the heuristics' where None.
     """
+    source = _generate(plan, index, pdl, launch)
+    assert source is not None
+    return source
+
+
+def _generate(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None) -> KernelSource | None:
+    """``generate``'s kernel, or None for a candidate's blocks that do not fit the plan."""
     if any(isinstance(n, ir.Scatter) for n in plan.nodes):
-        assert launch is None, "scatter kernels keep their launch"
-        source = generate_scatter(plan, index, pdl)
+        source = generate_scatter(plan, index, pdl, launch)
     elif isinstance(plan.space.anchor, ir.Scan):
-        assert launch is None, "scan kernels keep their launch"
-        source = generate_scan(plan, index, pdl)
+        source = generate_scan(plan, index, pdl, launch)
     elif plan.space.anchor is not None:
         source = generate_reduction(plan, index, pdl, launch)
     else:
         source = generate_pointwise(plan, index, pdl, launch)
+        if source is None:
+            return None
     if pdl:
         source = dataclasses.replace(source, launch={**source.launch, "launch_pdl": True})
     if "tl.floor(" in source.source:
@@ -68,12 +75,12 @@ def generate_all(schedule: Schedule, pdl: bool = False, tune: bool = False) -> l
         early = pdl and after_kernel
         source = generate(step, len(kernels), early)
         if tune:
-            variants = (generate(step, len(kernels), early, launch) for launch in autotune.candidates(source))
+            variants = (_generate(step, len(kernels), early, launch) for launch in autotune.candidates(source))
             # the wrapper passes the heuristic kernel's arguments to whichever is chosen, and its
             # memory plan relies on the heuristic kernel's in-place pairs (a looped candidate of
             # a persistent reduction has none)
             source = dataclasses.replace(source, variants=tuple(
-                v for v in variants if (v.args, v.in_place) == (source.args, source.in_place)
+                v for v in variants if v is not None and (v.args, v.in_place) == (source.args, source.in_place)
                 and (v.source, v.launch) != (source.source, source.launch)))
         kernels.append(source)
         after_kernel = after_kernel or source.grid > 0  # an empty kernel launches nothing

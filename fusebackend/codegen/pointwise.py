@@ -48,16 +48,33 @@ class Tile:
 
 
 def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
-                       launch: dict[str, int] | None = None) -> KernelSource:
-    """The kernel: flat or tiled as the plan asks; with ``launch`` (an autotuning candidate's
-    XBLOCK and warps), flat with those."""
-    flat = _generate_flat(plan, index, pdl, launch)
-    if launch is not None:
+                       launch: dict[str, int] | None = None) -> KernelSource | None:
+    """The kernel: flat or tiled as the plan asks.
+
+    ``launch``: an autotuning candidate's blocks and warps. With XBLOCK alone, the flat kernel
+    in those; with YBLOCK too, the tiled kernel the plan asks for in those, or None where the
+    plan is not tiled or the blocks do not tile it as its heuristic's must (dividing both
+    extents, at least ``_MIN_TILE`` each).
+    """
+    tiled = launch is not None and "YBLOCK" in launch
+    flat = _generate_flat(plan, index, pdl, None if tiled else launch)
+    if launch is not None and not tiled:
         return flat[0]
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
     if tile is None:
-        return flat[0]
+        return None if tiled else flat[0]
+    if launch is not None:
+        least = _MIN_TILE[tile.columns]
+        if (launch["XBLOCK"] < least[0] or launch["YBLOCK"] < least[1]
+                or tile.inner % launch["XBLOCK"] or tile.ysize % launch["YBLOCK"]):
+            return None
+        tile = dataclasses.replace(tile, launch=launch)
     return _generate_tiled(plan, index, tile, pdl)
+
+
+# the least (XBLOCK, YBLOCK) of a transposing tile (False) and of a column tile (True), as their
+# heuristics choose them (runtime.tile_config, runtime.column_tile_config)
+_MIN_TILE = {False: (8, 8), True: (8, 4)}
 
 
 def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],

@@ -64,13 +64,16 @@ class _ScanBody(KernelBody):
         return super()._inlined(producer, view, idx)
 
 
-def generate_scan(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+def generate_scan(plan: KernelPlan, index: int, pdl: bool = False,
+                  launch: dict[str, int] | None = None) -> KernelSource:
+    """A scan kernel, in the heuristic's blocks (``runtime.scan_config``) or in ``launch``'s (an
+    autotuning candidate): a row longer than RBLOCK is scanned in a loop."""
     space = plan.space
     anchor = space.anchor
     assert isinstance(anchor, ir.Scan)
     xnumel, rnumel = space.xnumel, space.rnumel
     row_contiguous = rnumel == 1 or anchor.buffer.strides[anchor.dim] == 1
-    launch = runtime.scan_config(xnumel, rnumel, row_contiguous)
+    launch = launch or runtime.scan_config(xnumel, rnumel, row_contiguous)
     persistent = launch["RBLOCK"] >= rnumel
     lay = Layout(column=not row_contiguous)
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))

@@ -26,12 +26,13 @@ XDIMS = frozenset("x")
 _ATOMIC = {"sum": "tl.atomic_add", "max": "tl.atomic_max", "min": "tl.atomic_min"}
 
 
-def generate_scatter(plan: KernelPlan, index: int, pdl: bool = False) -> KernelSource:
+def generate_scatter(plan: KernelPlan, index: int, pdl: bool = False,
+                     launch: dict[str, int] | None = None) -> KernelSource:
     space = plan.space
     (scatter,) = [n for n in plan.nodes if isinstance(n, ir.Scatter)]
     numel = space.xnumel
     buf = scatter.buffer
-    launch = runtime.pointwise_config(numel, max(buf.dtype.itemsize, 8))  # positions are int64
+    launch = launch or runtime.pointwise_config(numel, max(buf.dtype.itemsize, 8))  # positions are int64
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
     mapping = space.mapping[scatter.name]
     value = body.broadcast(body.value(scatter.value, mapping), buf.dtype, "[XBLOCK]", XDIMS)

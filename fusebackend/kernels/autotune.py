@@ -4,17 +4,23 @@ The default mode launches each kernel with the block sizes and warps of the heur
 ``runtime.py``. They were measured on a few shapes; a model has hundreds of others. In
 max-autotune mode:
 
-1. Codegen (``codegen.generate_all``) generates each reduction and each flat pointwise kernel
-   again for the candidates ``candidates`` gives: the heuristic's configuration with one of
-   XBLOCK, RBLOCK or num_warps doubled or halved, within bounds (a block no larger than the
-   extent rounded up to a power of two, at most 32768 elements, at least one element a thread).
-   A candidate is a kernel of its own: its masks and whether it loops over a row follow from its
-   blocks. Tiled pointwise kernels, scans and scatters keep their configuration.
+1. Codegen (``codegen.generate_all``) generates each kernel again for the candidates
+   ``candidates`` gives: the heuristic's configuration with one of its blocks (XBLOCK, RBLOCK,
+   a tile's YBLOCK) or its warps doubled or halved, and for a kernel that loops over its rows,
+   other pipelining stages, within bounds (a block no larger than the extent rounded up to a
+   power of two, or for a tile one that divides it; at most 32768 elements; at least one element
+   a thread). A candidate is a kernel of its own: its masks and whether it loops over a row
+   follow from its blocks. Flat and tiled pointwise kernels, reductions, scans and scatters are
+   all tuned.
 2. On the kernel's first call, ``Tuner`` launches each candidate, the heuristic's too, on the
    call's inputs, with scratch tensors in place of the buffers it stores (an input the kernel
    writes in place is never written twice), and keeps the fastest: the median of ``REPEATS``
-   launches, each timed by CUDA events after the L2 cache is overwritten. Later calls launch the
-   chosen one directly.
+   launches, each timed by CUDA events, once after the L2 cache is overwritten before each
+   launch and once with the inputs left in it (in a model a kernel finds its inputs in between).
+   A candidate is kept only where it beats the heuristic's time by ``MARGIN`` both ways: a
+   choice within the timing's noise, or one that wins only from memory or only from the L2
+   cache, could as well be slower in the model. The fastest from memory is the one considered;
+   the dumps give those times. Later calls launch the chosen one directly.
 3. The choice is kept on disk (``<cache_dir>/autotune/``), under a key of the kernels' sources,
    sizes and launch configurations, the device's name and the Triton version; a later process
    loads only the chosen kernel and times nothing.
@@ -43,44 +49,52 @@ from fusebackend.kernels.runtime import Launcher, _next_pow2, load_kernel
 REPEATS = 10  # timed launches of each candidate
 MAX_BLOCK = 1 << 15  # elements of one block
 MAX_WARPS = 16
+STAGES = (1, 2)  # software pipelining of a looped kernel's loop; Triton's default on a GPU is 3
+MARGIN = 0.03  # a candidate replaces the heuristic's launch only where it is this much faster
 
 
 def candidates(source: Any) -> list[dict[str, int]]:
-    """Other launch configurations for a generated kernel (``codegen.body.KernelSource``): none
-    for tiles, scans and scatters."""
+    """Other launch configurations for a generated kernel (``codegen.body.KernelSource``): its
+    blocks (XBLOCK, RBLOCK, YBLOCK: those it has) one at a time doubled or halved; its warps
+    doubled or halved; and where it loops over its rows (RBLOCK under the row's extent), Triton's
+    software pipelining of that loop at ``STAGES`` other than its default. A block stays within
+    its extent rounded up to a power of two (a tile's must divide it: codegen drops those that do
+    not), at most ``MAX_BLOCK`` elements and at least one element a thread. In the interpreter
+    only blocks vary: warps and stages mean nothing there."""
     launch = source.launch
-    if "YBLOCK" in launch or any(isinstance(n, (ir.Scatter, ir.Scan)) for n in source.plan.nodes):
-        return []
     interpret = use_interpreter()
-    reduction = "RBLOCK" in launch
-    extents = {"XBLOCK": source.sizes[0], "RBLOCK": source.sizes[1] if reduction else 1}
-    blocks = ("XBLOCK", "RBLOCK") if reduction else ("XBLOCK",)
+    extents = {"XBLOCK": source.sizes[0], "RBLOCK": source.sizes[1] if len(source.sizes) > 1 else 1}
+    blocks = tuple(k for k in ("XBLOCK", "RBLOCK", "YBLOCK") if k in launch)
     base = {k: launch[k] for k in blocks}
     warps = launch.get("num_warps", 4)
-    steps: list[tuple[dict[str, int], int]] = []
+    steps: list[tuple[dict[str, int], dict[str, int]]] = []  # (blocks, compile options)
     for name in blocks:
         for factor in (2, 0.5):
-            steps.append(({**base, name: int(base[name] * factor)}, warps))
+            steps.append(({**base, name: int(base[name] * factor)}, {"num_warps": warps}))
     if not interpret:
-        steps += [(base, warps * 2), (base, warps // 2)]
+        steps += [(base, {"num_warps": warps * 2}), (base, {"num_warps": warps // 2})]
+        if "RBLOCK" in base and base["RBLOCK"] < extents["RBLOCK"]:
+            steps += [(base, {"num_warps": warps, "num_stages": n}) for n in STAGES]
     found: list[dict[str, int]] = []
-    for blocks_of, w in steps:
+    tiled = "YBLOCK" in base
+    for blocks_of, options in steps:
         size = 1
         for name, value in blocks_of.items():
             size *= value
-            if value < 1 or value > _next_pow2(max(extents[name], 1)):
+            if value < 1 or (not tiled and value > _next_pow2(max(extents[name], 1))):
                 break
         else:
+            w = options["num_warps"]
             if size > MAX_BLOCK or (not interpret and (w < 1 or w > MAX_WARPS or size < 32 * w)):
                 continue
-            candidate = dict(blocks_of) if interpret else {**blocks_of, "num_warps": w}
+            candidate = dict(blocks_of) if interpret else {**blocks_of, **options}
             if candidate not in found:
                 found.append(candidate)
     return found
 
 
 def describe(launch: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in launch.items() if k in ("XBLOCK", "RBLOCK", "num_warps"))
+    return ", ".join(f"{k}={v}" for k, v in launch.items() if k in ("XBLOCK", "YBLOCK", "RBLOCK", "num_warps", "num_stages"))
 
 
 def bind(record: Any, device: str, home: dict[str, Any], report: Callable[[str, str], None]
@@ -114,8 +128,11 @@ class Tuner:
         if not use_interpreter() and torch.cuda.is_current_stream_capturing():
             chosen, times = 0, None  # nothing can be timed while a CUDA graph is recorded
         else:
-            times = [self._time(launcher, stream, args) for launcher in self.choices]
+            timed = [self._time(launcher, stream, args) for launcher in self.choices]
+            times = [cold for cold, _ in timed]
             chosen = min(range(len(times)), key=times.__getitem__)
+            if any(t[chosen] > t[0] * (1 - MARGIN) for t in zip(*timed)):
+                chosen = 0  # not clearly faster both ways: the heuristic's stays
             store(self.key, [c.launch for c in self.choices], times, chosen)
         launcher = self.choices[chosen]
         launcher.home, launcher.name = self.home, self.name
@@ -123,25 +140,32 @@ class Tuner:
         self.report(self.name, report_text([c.launch for c in self.choices], times, chosen))
         launcher(stream, *args)
 
-    def _time(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> float:
-        """Microseconds of one launch on ``args``, with scratch tensors for what it stores."""
+    def _time(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
+        """Microseconds of one launch on ``args``, with scratch tensors for what it stores: with
+        its inputs in memory (the L2 cache overwritten first) and with them in the L2 cache (a
+        kernel in a model finds its inputs in between: some just written by the kernel before)."""
         scratch = tuple(torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
                         if k in self.written and isinstance(a, torch.Tensor) else a for k, a in enumerate(args))
         if use_interpreter():
             start = time.perf_counter()
             launcher(stream, *scratch)
-            return (time.perf_counter() - start) * 1e6
+            took = (time.perf_counter() - start) * 1e6
+            return took, took
         launcher(stream, *scratch)  # its first launch: Triton's path, compiled if it was not
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         flush = torch.empty(_l2_bytes(device) // 4, dtype=torch.int32, device=device)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPEATS)]
-        for begin, end in events:
-            flush.zero_()  # each launch reads its inputs from memory, as in the model
-            begin.record()
-            launcher(stream, *scratch)
-            end.record()
-        torch.cuda.synchronize(device)
-        return statistics.median(b.elapsed_time(e) for b, e in events) * 1e3
+        times = []
+        for flushed in (True, False):
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPEATS)]
+            for begin, end in events:
+                if flushed:
+                    flush.zero_()
+                begin.record()
+                launcher(stream, *scratch)
+                end.record()
+            torch.cuda.synchronize(device)
+            times.append(statistics.median(b.elapsed_time(e) for b, e in events) * 1e3)
+        return times[0], times[1]
 
 
 def _l2_bytes(device: torch.device) -> int:
