@@ -4,7 +4,7 @@
 forward and backward graphs (functionalized, decomposed with ``decompositions.py``) and hands each
 to a ``FusedGraph``. A FusedGraph compiles lazily, on the first call with each input signature
 (shapes, strides, dtypes, devices, and the values of int arguments), so dynamic shapes become a
-set of static specializations.
+set of static specializations; ``metrics.specialized`` counts them.
 
 If compiling a graph fails, or its first run raises before anything was written, one warning
 names the error and the graph runs eagerly from then on: never a wrong answer, and no slower than
@@ -27,7 +27,7 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import aot_cache, cudagraphs, metrics
+from fusebackend import aot_cache, cudagraphs, metrics, symbolic
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.modes import Mode
 from fusebackend.pipeline import compile_graph
@@ -79,11 +79,15 @@ class FusedGraph:
         self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
         self.autotune = autotune
+        # Dynamo's symbols in its input sizes, read before lowering (which traces the graph at
+        # concrete sizes); None until the graph is made
+        self.symbols = symbolic.symbols(self._gm) if self._gm is not None else None
 
     @property
     def gm(self) -> torch.fx.GraphModule:
         if self._gm is None:
             self._gm = self._make_gm()
+            self.symbols = symbolic.symbols(self._gm)
         return self._gm
 
     def _eager(self, args: list[Any]) -> Any:
@@ -120,6 +124,8 @@ class FusedGraph:
                                          self.autotune)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
+                if len(self.cache) > 1:  # another shape (or layout) of this graph: a specialization
+                    metrics.specialized[self.name] = (len(self.cache), self.symbols or ())
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
                 entry = self._fall_back(key, "compiling", exc)
         check = entry.fast_check(args)  # before the call, which may clear args

@@ -22,6 +22,9 @@
   times a direct launch on the host);
 - ``layout_copies``: ATen results that came back in another layout than the lowering declared,
   copied into it at run time (a kernel and a host cost each);
+- ``specialized``: each graph compiled for more than one input signature, by name: how many
+  it was compiled for, and the symbols of its sizes where Dynamo gave them (``symbolic.py``).
+  fuse compiles a graph with symbolic sizes once per concrete shape;
 - ``uncaptured``: in ``mode="reduce-overhead"``, each graph that runs without a CUDA graph, by
   name, and why (``cudagraphs.py``); the CUDA graph trees log the graphs they decline at run
   time (an input written in place that is not a parameter or buffer) themselves.
@@ -49,6 +52,7 @@ cold_stage_seconds: collections.Counter[str] = collections.Counter()
 warm_stage_seconds: collections.Counter[str] = collections.Counter()
 slow_launches: collections.Counter[str] = collections.Counter()
 uncaptured: dict[str, str] = {}
+specialized: dict[str, tuple[int, tuple[str, ...]]] = {}
 
 
 def reset() -> None:
@@ -66,6 +70,7 @@ def reset() -> None:
     warm_stage_seconds.clear()
     slow_launches.clear()
     uncaptured.clear()
+    specialized.clear()
     inner, backend = _dynamo_times()
     _dynamo_seen[:] = [len(inner), len(backend)]  # frames compiled before are not counted
 
@@ -131,6 +136,10 @@ def summary() -> str:
         lines.append(f"layout copies:      {layout_copies}")
     if slow_launches:
         lines.append("slow launches:      " + ", ".join(f"{k} x{v}" for k, v in slow_launches.most_common()))
+    if specialized:
+        lines.append("compiled per shape: " + ", ".join(
+            f"{name} x{count}" + (f" (sizes {', '.join(syms)} symbolic)" if syms else "")
+            for name, (count, syms) in specialized.items()))
     if stage_seconds:
         lines.append("compile seconds:    " + ", ".join(f"{k} {v:.3f}" for k, v in stage_seconds.items()))
     for label, stages in (("  compiled here:   ", cold_stage_seconds), ("  from the cache:  ", warm_stage_seconds)):

@@ -37,7 +37,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from fusebackend import indexing, ir, metrics
+from fusebackend import indexing, ir, metrics, symbolic
 from fusebackend.lowering import layouts
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
@@ -74,9 +74,9 @@ def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     return live
 
 
-def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
-    """``out_meta`` with the strides of the node's traced value where that is concrete and agrees."""
-    traced = node.meta.get("val")
+def _traced_layout(traced: Any, out_meta: Any) -> Any:
+    """``out_meta`` with the strides of the node's traced value (``GraphLowering.traced``) where
+    that is concrete and agrees."""
     if traced is None:
         return out_meta
     metas, spec = pytree.tree_flatten(out_meta)
@@ -99,7 +99,7 @@ def _traced_layout(node: torch.fx.Node, out_meta: Any) -> Any:
     return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
 
 
-def _inputs_as_traced(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+def _inputs_as_traced(vals: list[Any], args: Any, kwargs: Any) -> bool:
     """Whether an extern's tensor arguments have the sizes and strides the node was traced with.
 
     Only then does the traced value say how the ATen kernel lays out its result. Where the
@@ -109,7 +109,6 @@ def _inputs_as_traced(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
     [B, H, S, D]; declared [B, S, H, D] as traced, each of the 24 layers' results was copied
     again (``runtime.expect_layout``)."""
     ours = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
-    vals = [n.meta.get("val") for n in pytree.tree_leaves((node.args, node.kwargs)) if isinstance(n, torch.fx.Node)]
     traced = [v for v in vals if isinstance(v, torch.Tensor)]
     return len(ours) == len(traced) and all(
         tuple(m.shape) == tuple(v.shape) and tuple(m.stride()) == tuple(v.stride()) for m, v in zip(ours, traced))
@@ -136,11 +135,10 @@ def _beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
     return None
 
 
-def _traced_meta(node: torch.fx.Node, target: Any, exc: Exception) -> Any:
-    """Meta tensors with the sizes, strides and dtypes of ``node``'s traced value (a fake
-    tensor), for an op that has no meta kernel; Unsupported where there is none, or its sizes
-    depend on data."""
-    traced = node.meta.get("val")
+def _traced_meta(traced: Any, target: Any, exc: Exception) -> Any:
+    """Meta tensors with the sizes, strides and dtypes of a node's traced value (a fake
+    tensor, ``GraphLowering.traced``), for an op that has no meta kernel; Unsupported where there
+    is none, or its sizes depend on data."""
 
     def meta(v: Any) -> Any:
         if not isinstance(v, torch.Tensor):
@@ -198,8 +196,21 @@ class GraphLowering(IRBuilder):
         self.padded: dict[tuple, TensorArg] = {}  # a matrix's zero-padded copy (matmuls.py), made once
         self.padded_products: set[str] = set()  # buffers of products with padded columns (matmuls.py)
         self.user_outputs = user_outputs
+        # Dynamo's symbols (a graph with symbolic sizes) bound to this call's sizes
+        self.bound = symbolic.binding(gm, args)
 
     # ---------------------------------------------------------------------------- helpers
+    def traced(self, node: Any) -> Any:
+        """An FX node's traced value (``node.meta["val"]``) at the sizes being compiled
+        (``symbolic.concrete``); None for anything else, where there is none, or where a tensor
+        in it has a size that no input's size gives (one that depends on data)."""
+        if not isinstance(node, torch.fx.Node):
+            return None
+        raw = node.meta.get("val")
+        value = symbolic.concrete(raw, self.bound)
+        tensors = lambda v: sum(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(v))  # noqa: E731
+        return value if tensors(value) == tensors(raw) else None
+
     def _to_meta(self, value: Any) -> Any:
         def leaf(v: Any) -> Any:
             if isinstance(v, TensorArg):
@@ -331,7 +342,8 @@ class GraphLowering(IRBuilder):
         except Exception as exc:
             traced = self._traced_layouts(node, args)
             if traced is None:  # no meta kernel: the traced value says what it returns
-                return self.extern(target, args, kwargs, _traced_meta(node, target, exc), reason="no meta kernel")
+                return self.extern(target, args, kwargs, _traced_meta(self.traced(node), target, exc),
+                                   reason="no meta kernel")
             # the op needs the layout it was traced with (a view of what was contiguous, now
             # channels-last): a copy in that layout, as reshape would make
             args = traced
@@ -398,7 +410,7 @@ class GraphLowering(IRBuilder):
         changed = False
         result = list(args)
         for k, (arg, fx_arg) in enumerate(zip(args, node.args)):
-            val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+            val = self.traced(fx_arg)
             if not (isinstance(arg, TensorArg) and isinstance(val, torch.Tensor)):
                 continue
             strides = tuple(val.stride())
@@ -458,7 +470,7 @@ class GraphLowering(IRBuilder):
         result = list(outputs)
         for k in range(keep):
             view, fx_node = outputs[k], traced[k]
-            val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+            val = self.traced(fx_node)
             if not (isinstance(view, ir.View) and isinstance(val, torch.Tensor)):
                 continue
             if view.buffer in self.input_index or view.buffer in constants:
@@ -527,8 +539,9 @@ class GraphLowering(IRBuilder):
             metrics.fallbacks[target.overloadpacket.__name__] += 1
         if target in layouts.CONVOLUTIONS and self.channels_last:
             out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta, self.device)
-        elif self.node is not None and _inputs_as_traced(self.node, args, kwargs):
-            out_meta = _traced_layout(self.node, out_meta)
+        elif self.node is not None and _inputs_as_traced(
+                [self.traced(n) for n in pytree.tree_leaves((self.node.args, self.node.kwargs))], args, kwargs):
+            out_meta = _traced_layout(self.traced(self.node), out_meta)
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []
         produced: dict[tuple[int, ...], TensorArg] = {}
