@@ -28,6 +28,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from fusebackend import aot_cache, cudagraphs, metrics, symbolic
+from fusebackend.config import config
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.modes import Mode
 from fusebackend.pipeline import compile_graph
@@ -109,6 +110,17 @@ class FusedGraph:
         self.cache[key] = entry
         return entry
 
+    def _specialized(self) -> None:
+        """Count this graph's compiles for more than one input signature; warn once at
+        ``config.specialization_warning`` of them (a server whose sizes change with every
+        request would otherwise compile without end, silently)."""
+        count = len(self.cache)
+        metrics.specialized[self.name] = (count, self.symbols or ())
+        if count == config.specialization_warning:
+            symbols = f" (its sizes {', '.join(self.symbols)} are symbolic in Dynamo's graph)" if self.symbols else ""
+            warnings.warn(f"fusebackend: graph {self.name} has been compiled for {count} input shapes{symbols}; "
+                          "fuse compiles a graph once per shape (metrics.specialized counts them)", stacklevel=4)
+
     def __call__(self, *call_args: Any) -> Any:
         # AOTAutograd calls boxed (one list it lets us clear) or, through some wrappers, unboxed.
         args = call_args[0] if len(call_args) == 1 and isinstance(call_args[0], list) else list(call_args)
@@ -125,7 +137,7 @@ class FusedGraph:
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
                 if len(self.cache) > 1:  # another shape (or layout) of this graph: a specialization
-                    metrics.specialized[self.name] = (len(self.cache), self.symbols or ())
+                    self._specialized()
             except Exception as exc:  # any compile failure: the graph still runs, eagerly
                 entry = self._fall_back(key, "compiling", exc)
         check = entry.fast_check(args)  # before the call, which may clear args

@@ -53,6 +53,12 @@ class Config:
     # FUSE_INTERPRET: 1 runs kernels through Triton's interpreter on CPU tensors, 0 on the GPU,
     # auto (default) picks the interpreter when torch sees no CUDA device or TRITON_INTERPRET=1.
     interpret: bool | None = dataclasses.field(default_factory=_env_interpret)
+    # FUSE_SPECIALIZATION_WARNING: warn once when one graph has been compiled for this many input
+    # shapes (a graph with symbolic sizes is compiled once per shape: ``metrics.specialized``);
+    # 0 never warns.
+    specialization_warning: int = dataclasses.field(
+        default_factory=lambda: _env_int("FUSE_SPECIALIZATION_WARNING", 8)
+    )
     # FUSE_MAX_FUSION_SIZE: most IR nodes one kernel may hold.
     max_fusion_size: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_MAX_FUSION_SIZE", 64)

@@ -101,3 +101,14 @@ def test_concrete_reads_a_traced_value_at_the_bound_sizes() -> None:
     assert tuple(value[0].shape) == (10, 7) and value[0].stride() == (7, 1) and value[0].device.type == "meta"
     assert value[1] == 20 and value[2] is None
     assert not env.guards  # read without a guard
+
+
+def test_one_warning_when_a_graph_is_compiled_for_many_shapes() -> None:
+    compiled = torch.compile(_norm_after_gelu, backend="fuse", dynamic=True)
+    w = torch.randn(8, 16)
+    with fusebackend.config.patch(specialization_warning=3), pytest.warns(UserWarning) as record:
+        for batch in (3, 5, 9, 17, 33):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x, w), _norm_after_gelu(x, w), rtol=1e-5, atol=1e-5)
+    ours = [str(r.message) for r in record if "compiled for" in str(r.message)]
+    assert len(ours) == 1 and "3 input shapes" in ours[0] and "symbolic" in ours[0]
