@@ -358,3 +358,14 @@ def test_a_graph_writing_into_a_user_input_stays_right() -> None:
         out = compiled(x, y).clone()
         torch.testing.assert_close(x, x0 + 1)
         torch.testing.assert_close(out, (x0 + 1) * y)
+
+
+def test_the_summary_adds_up_the_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(autotune.Tuner, "_time", _forcing(lambda n: n - 1))
+    x, w = torch.randn(37, 48), torch.randn(48, 40)
+    torch.compile(_norm_after_gelu, backend="fuse", mode="max-autotune-no-cudagraphs")(x, w)
+    reports = fusebackend.last_compiled().autotune
+    totals = autotune.summary(reports)
+    assert totals["kernels"] == totals["changed"] == len(reports) > 0  # the last candidate everywhere
+    assert totals["chosen_us"] == 0.0 and totals["heuristic_us"] == len(reports) * 1.0  # _forcing's times
+    assert autotune.summary({"k": autotune.report_text([{"XBLOCK": 8}], None, 0)})["kernels"] == 0  # not timed

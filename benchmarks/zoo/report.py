@@ -304,6 +304,10 @@ def mode_lines(rows: Sequence["ZooRow"]) -> list[str]:
             text = f"{r.model} ({r.mode}, {r.shapes}) {v.variant}: {_ms(v)} ms, peak {peak} MiB, err {_err(v)}"
             if v.uncaptured:
                 text += "; uncaptured: " + "; ".join(f"{g}: {why}" for g, why in v.uncaptured.items())
+            tuned = getattr(v, "tuned", None)
+            if tuned:
+                text += (f"; tuned {tuned['kernels']:.0f} kernels, {tuned['changed']:.0f} kept a candidate "
+                         f"(alone: {tuned['heuristic_us']:.1f} us by the heuristics, {tuned['chosen_us']:.1f} us chosen)")
             out.append(text)
     return out
 

@@ -50,6 +50,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 import fusebackend
+from fusebackend.kernels import autotune
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
 from benchmarks.zoo import chart, report
@@ -107,6 +108,9 @@ class VariantStats:
     slow_launches: dict[str, int] = dataclasses.field(default_factory=dict)
     layout_copies: int | None = None  # fuse: ATen results copied into their declared layout in one step
     uncaptured: dict[str, str] = dataclasses.field(default_factory=dict)  # fuse@reduce-overhead: graphs not recorded, why
+    # fuse@max-autotune: kernels tuned, how many kept a candidate, and the heuristic's and the
+    # chosen launches' summed times, each timed alone (fusebackend.kernels.autotune.summary)
+    tuned: dict[str, float] = dataclasses.field(default_factory=dict)
     message: str = ""  # the exception, or fuse's warnings
 
 
@@ -397,6 +401,8 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
+                reports = {f"{a.name}/{k}": t for a in fusebackend.history() for k, t in a.autotune.items()}
+                stats.tuned = autotune.summary(reports) if reports else {}
                 m.collect_dynamo()
                 stats.compile_stages = compile_stages(dict(m.stage_seconds), stats.first_call_s)
                 stats.cache_hits, stats.cache_misses = m.cache_hits, m.cache_misses

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import statistics
 import time
 from typing import Any, Callable
@@ -181,6 +182,26 @@ def report_text(launches: list[dict[str, Any]], times: list[float] | None, chose
         mark = "  <- chosen" if k == chosen else ""
         lines.append(f"  {'heuristic' if k == 0 else f'candidate {k}'}: {describe(launch)}: {took}{mark}")
     return "\n".join(lines)
+
+
+_LINE = re.compile(r"^\s*(heuristic|candidate \d+): .*: ([0-9.]+) us(  <- chosen)?")
+
+
+def summary(reports: dict[str, str]) -> dict[str, float]:
+    """Totals over the tuned kernels' reports (``report_text``, by kernel): how many were tuned
+    and timed, how many kept a candidate, and the sums of the heuristic's and the chosen
+    launches' times (each timed alone, from memory: what tuning expected to save)."""
+    totals = {"kernels": 0, "changed": 0, "heuristic_us": 0.0, "chosen_us": 0.0}
+    for text in reports.values():
+        times = [(m.group(1), float(m.group(2)), bool(m.group(3))) for m in map(_LINE.match, text.splitlines()) if m]
+        if not times:
+            continue  # not timed (first called while a CUDA graph was recorded)
+        chosen = next(t for t in times if t[2])
+        totals["kernels"] += 1
+        totals["changed"] += chosen[0] != "heuristic"
+        totals["heuristic_us"] += times[0][1]
+        totals["chosen_us"] += chosen[1]
+    return totals
 
 
 def key(sources: list[tuple[str, dict[str, Any]]], sizes: tuple[int, ...], device: str) -> str:
