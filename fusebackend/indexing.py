@@ -4,8 +4,9 @@ A view never copies data; it rewrites the index a load uses. Indices are sympy e
 from loop variables (non-negative integer symbols with known ranges), integer constants, ``+``,
 ``*`` by constants, and two functions defined here:
 
-- ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``;
-- ``ModIdx(a, b)``: a mod b, in [0, b), for a positive integer constant ``b``;
+- ``FloorDiv(a, b)``: floor(a / b) for a positive integer constant ``b``, or a positive product
+  of constants and Dynamo's size symbols (a graph with symbolic sizes, below);
+- ``ModIdx(a, b)``: a mod b, in [0, b), for such a ``b``;
 - ``Clamp(a, lo, hi)``: ``a`` limited to [lo, hi] for integer constants ``lo <= hi``: a pooling
   window that reaches past an edge reads the edge element, and a pad's or a scatter's source index
   stays in range where the element lies outside the source; a mask discards what is read there,
@@ -16,6 +17,12 @@ variable ranges make redundant (a FloorDiv of something smaller than its divisor
 ``b*FloorDiv(x, b) + ModIdx(x, b)`` back into ``x``, so that an unravel followed by a ravel
 prints as the plain flat index. ``bounds`` gives an interval for any index; codegen uses it to
 prove that int32 arithmetic is safe.
+
+Symbolic sizes (issue 15, not yet produced by lowering): a loop variable's range and a divisor
+may be expressions in Dynamo's size symbols (``positive=True``, at least ``SIZE_FLOOR``). The
+same rules hold where they are proven for every value of the symbols (``known_nonneg``,
+``known_le``), and ``bounds`` returns expressions; anything unproven is left as it is (a ModIdx
+kept, a division not folded), which is slower code, never a wrong index.
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ class FloorDiv(sympy.Function):
 
     @classmethod
     def eval(cls, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
-        if not (b.is_Integer and b > 0):
+        if not b.is_Integer:
+            return _floor_div_by_size(a, b)
+        if not b > 0:
             raise ValueError(f"FloorDiv needs a positive constant divisor, got {b}")
         if b == 1:
             return a
@@ -61,6 +70,9 @@ class FloorDiv(sympy.Function):
                 return (int(coeff) // int(b)) * term
         return None
 
+    def _eval_is_nonnegative(self) -> bool | None:
+        return True if self.args[0].is_nonnegative and self.args[1].is_positive else None
+
 
 class ModIdx(sympy.Function):
     is_integer = True
@@ -68,13 +80,15 @@ class ModIdx(sympy.Function):
 
     @classmethod
     def eval(cls, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
-        if not (b.is_Integer and b > 0):
+        if not b.is_Integer:
+            return _mod_by_size(a, b)
+        if not b > 0:
             raise ValueError(f"ModIdx needs a positive constant modulus, got {b}")
         if b == 1:
             return sympy.Integer(0)
         if a.is_Integer:
             return sympy.Integer(int(a) % int(b))
-        if isinstance(a, ModIdx) and int(a.args[1]) % int(b) == 0:
+        if isinstance(a, ModIdx) and a.args[1].is_Integer and int(a.args[1]) % int(b) == 0:
             return ModIdx(a.args[0], b)
         if a.is_Add:
             whole, rest = _split_multiples(a, int(b))
@@ -85,6 +99,95 @@ class ModIdx(sympy.Function):
             if coeff.is_Integer and int(coeff) % int(b) == 0:
                 return sympy.Integer(0)
         return None
+
+
+# -- symbolic sizes ----------------------------------------------------------------------------
+#
+# A graph with symbolic sizes (``symbolic.py``) divides by sizes that are Dynamo's symbols:
+# sympy symbols with ``positive=True``, at least ``SIZE_FLOOR`` (Dynamo compiles sizes 0 and 1
+# apart). Loop variables are only ``nonnegative``. A divisor or modulus may be a product of such
+# symbols and a positive constant; every proof below holds for any value the symbols take.
+
+SIZE_FLOOR = 2
+
+
+def is_size(expr: sympy.Expr) -> bool:
+    """A positive integer made of Dynamo's size symbols and constants (a symbolic divisor)."""
+    return bool(expr.free_symbols) and expr.is_integer is True and all(
+        s.is_positive is True for s in expr.free_symbols) and expr.is_positive is True
+
+
+def known_nonneg(expr: sympy.Expr) -> bool:
+    """Whether ``expr`` is >= 0 for every value of its symbols (loop variables >= 0, size
+    symbols >= ``SIZE_FLOOR``); False where that is not proven."""
+    if isinstance(expr, int):
+        return expr >= 0
+    expr = sympy.sympify(expr)
+    if expr.is_Number:
+        return bool(expr >= 0)
+    shifted = {v: sympy.Symbol(f"{v.name}_above", integer=True, nonnegative=True) + SIZE_FLOOR
+               for v in expr.free_symbols if v.is_positive is True}
+    return sympy.expand(expr.xreplace(shifted)).is_nonnegative is True
+
+
+def known_le(a: sympy.Expr | int, b: sympy.Expr | int) -> bool:
+    """``a <= b`` for every value of the symbols (for ints, the comparison itself)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    return known_nonneg(sympy.sympify(b) - sympy.sympify(a))
+
+
+def _quotient(term: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """``term / b`` where that is a polynomial with integer coefficients, else None."""
+    q = sympy.cancel(term / b)
+    if sympy.fraction(q)[1] != 1:
+        return None
+    q = sympy.expand(q)
+    return q if all(c.is_Integer for c in q.as_coefficients_dict().values()) else None
+
+
+def _split_by_size(expr: sympy.Expr, b: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    whole: sympy.Expr = sympy.Integer(0)
+    rest: sympy.Expr = sympy.Integer(0)
+    for term in expr.args:
+        q = _quotient(term, b)
+        if q is None:
+            rest += term
+        else:
+            whole += q
+    return whole, rest
+
+
+def _floor_div_by_size(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    if not is_size(b):
+        raise ValueError(f"FloorDiv needs a positive divisor of constants and size symbols, got {b}")
+    if a.is_Integer:
+        if known_nonneg(a) and known_le(a + 1, b):
+            return sympy.Integer(0)
+        if not known_nonneg(a) and known_nonneg(b + a):
+            return sympy.Integer(-1)  # -b <= a < 0
+        return None
+    if isinstance(a, FloorDiv):
+        return FloorDiv(a.args[0], a.args[1] * b)
+    if a.is_Add:
+        whole, rest = _split_by_size(a, b)
+        if whole != 0:
+            return whole + FloorDiv(rest, b)
+        return None
+    return _quotient(a, b)
+
+
+def _mod_by_size(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    if not is_size(b):
+        raise ValueError(f"ModIdx needs a positive modulus of constants and size symbols, got {b}")
+    if a.is_Integer:
+        return a if known_nonneg(a) and known_le(a + 1, b) else None
+    if isinstance(a, ModIdx) and _quotient(a.args[1], b) is not None:
+        return ModIdx(a.args[0], b)
+    if a.is_Add:
+        whole, rest = _split_by_size(a, b)
+        return ModIdx(rest, b) if whole != 0 else None
+    return sympy.Integer(0) if _quotient(a, b) is not None else None
 
 
 class Clamp(sympy.Function):
@@ -118,13 +221,20 @@ def _split_multiples(expr: sympy.Expr, b: int) -> tuple[sympy.Expr, sympy.Expr]:
 
 
 def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
-    """An interval [lo, hi] holding every value of ``expr`` over the variable ranges."""
+    """An interval [lo, hi] holding every value of ``expr`` over the variable ranges.
+
+    With symbolic sizes (a range, or a divisor, that is an expression in Dynamo's size symbols;
+    a size symbol standing alone is one value per call) the bounds are expressions; a product
+    whose factors' signs are not known raises TypeError."""
     if expr.is_Integer:
         return int(expr), int(expr)
     if expr.is_Symbol:
         if expr not in ranges:
+            if expr.is_positive is True:  # a size symbol
+                return expr, expr
             raise KeyError(f"no range known for index variable {expr}")
-        return 0, max(int(ranges[expr]) - 1, 0)
+        n = ranges[expr]
+        return (0, max(int(n) - 1, 0)) if _is_int(n) else (0, n - 1)
     if expr.is_Add:
         lo = hi = 0
         for arg in expr.args:
@@ -132,27 +242,49 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
             lo, hi = lo + a, hi + b
         return lo, hi
     if expr.is_Mul:
-        lo, hi = 1, 1
-        for arg in expr.args:
-            a, b = bounds(arg, ranges)
-            cands = (lo * a, lo * b, hi * a, hi * b)
-            lo, hi = min(cands), max(cands)
+        parts = [bounds(arg, ranges) for arg in expr.args]
+        if all(_is_int(a) and _is_int(b) for a, b in parts):
+            lo, hi = 1, 1
+            for a, b in parts:
+                cands = (lo * a, lo * b, hi * a, hi * b)
+                lo, hi = min(cands), max(cands)
+            return lo, hi
+        negative = [k for k, (a, b) in enumerate(parts) if _is_int(a) and a == b and a < 0]
+        rest = [p for k, p in enumerate(parts) if k not in negative[:1]]
+        if len(negative) > 1 or not all(known_nonneg(a) for a, _ in rest):
+            raise TypeError(f"bounds of a symbolic product with factors of unknown sign: {expr!r}")
+        lo, hi = sympy.Mul(*(a for a, _ in rest)), sympy.Mul(*(b for _, b in rest))
+        if negative:
+            c = parts[negative[0]][0]
+            return c * hi, c * lo
         return lo, hi
     if isinstance(expr, FloorDiv):
         a, b = bounds(expr.args[0], ranges)
-        d = int(expr.args[1])
-        return a // d, b // d
+        d = expr.args[1]
+        if _is_int(a) and _is_int(b) and d.is_Integer:
+            return a // int(d), b // int(d)
+        return FloorDiv(a, d), FloorDiv(b, d)  # floor is monotonic for a positive divisor
     if isinstance(expr, ModIdx):
         a, b = bounds(expr.args[0], ranges)
-        d = int(expr.args[1])
-        if a >= 0 and b < d:
+        d = expr.args[1]
+        if _is_int(a) and _is_int(b) and d.is_Integer:
+            if a >= 0 and b < int(d):
+                return a, b
+            return 0, int(d) - 1
+        if known_nonneg(a) and known_le(b + 1, d):
             return a, b
         return 0, d - 1
     if isinstance(expr, Clamp):
         a, b = bounds(expr.args[0], ranges)
         lo, hi = int(expr.args[1]), int(expr.args[2])
-        return min(max(a, lo), hi), min(max(b, lo), hi)
+        if _is_int(a) and _is_int(b):
+            return min(max(a, lo), hi), min(max(b, lo), hi)
+        return lo, hi  # within the clamp's own bounds, whatever its operand
     raise TypeError(f"unsupported index expression {expr!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) or (isinstance(value, sympy.Expr) and value.is_Integer)
 
 
 def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
@@ -173,9 +305,13 @@ def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, int], ...
     ranges = dict(range_items)
     args = [simplify(a, ranges) for a in expr.args]
     if isinstance(expr, FloorDiv):
-        inner, d = args[0], int(args[1])
+        inner, d = args[0], args[1]
+        if not d.is_Integer:  # a symbolic size
+            lo, hi = bounds(inner, ranges)
+            return sympy.Integer(0) if known_nonneg(lo) and known_le(hi + 1, d) else FloorDiv(inner, d)
+        d = int(d)
         lo, hi = bounds(inner, ranges)
-        if lo >= 0 and hi < d:
+        if known_nonneg(lo) and known_le(hi + 1, d):
             return sympy.Integer(0)
         split = _split_small(inner, d, ranges)
         if split is not None:  # (c*a + s) // (c*k) == a // k when 0 <= s < c
@@ -183,9 +319,13 @@ def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, int], ...
             return simplify(FloorDiv(big, d // c), ranges)
         return FloorDiv(inner, d)
     if isinstance(expr, ModIdx):
-        inner, d = args[0], int(args[1])
+        inner, d = args[0], args[1]
+        if not d.is_Integer:  # a symbolic size
+            lo, hi = bounds(inner, ranges)
+            return inner if known_nonneg(lo) and known_le(hi + 1, d) else ModIdx(inner, d)
+        d = int(d)
         lo, hi = bounds(inner, ranges)
-        if lo >= 0 and hi < d:
+        if known_nonneg(lo) and known_le(hi + 1, d):
             return inner
         split = _split_small(inner, d, ranges)
         if split is not None:  # (c*a + s) % (c*k) == c*(a % k) + s when 0 <= s < c
@@ -241,7 +381,7 @@ def _split_small(expr: sympy.Expr, d: int, ranges: Ranges) -> tuple[sympy.Expr, 
             continue  # FloorDiv/ModIdx's own eval already divides whole multiples out
         rest = sympy.Add(*small)
         lo, hi = bounds(rest, ranges)
-        if lo >= 0 and hi < c:
+        if known_nonneg(lo) and known_le(hi + 1, c):
             return sympy.Add(*big), rest, c
     return None
 
@@ -260,25 +400,26 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
         changed = False
         terms = list(expr.args)
         for i, term in enumerate(terms):
-            coeff, mod = term.as_coeff_Mul()
-            if not isinstance(mod, ModIdx):
+            coeff, mod = _coeff_and_mod(term)
+            if mod is None:
                 continue
-            y, m = mod.args[0], int(mod.args[1])
-            base, div = (y.args[0], int(y.args[1])) if isinstance(y, FloorDiv) else (y, 1)
+            y, m = mod.args[0], mod.args[1]
+            base, div = (y.args[0], y.args[1]) if isinstance(y, FloorDiv) else (y, sympy.Integer(1))
             partner = FloorDiv(base, div * m)
+            constant = m.is_Integer and div.is_Integer
+            target = coeff * m * partner
             for j, other in enumerate(terms):
                 if j == i:
                     continue
-                ocoeff, ofac = other.as_coeff_Mul()
-                if ocoeff != coeff * m:
-                    continue
                 folded = None
-                if ofac == partner:
+                if other == target:
                     folded = y
-                elif (isinstance(ofac, FloorDiv) and int(ofac.args[1]) == div * m
-                      and isinstance(ofac.args[0], ModIdx) and ofac.args[0].args[0] == base
-                      and int(ofac.args[0].args[1]) % (div * m) == 0):
-                    folded = FloorDiv(ofac.args[0], div) if div > 1 else ofac.args[0]
+                elif constant:
+                    ocoeff, ofac = other.as_coeff_Mul()
+                    if (ocoeff == coeff * m and isinstance(ofac, FloorDiv) and ofac.args[1] == div * m
+                            and isinstance(ofac.args[0], ModIdx) and ofac.args[0].args[0] == base
+                            and ofac.args[0].args[1].is_Integer and int(ofac.args[0].args[1]) % int(div * m) == 0):
+                        folded = FloorDiv(ofac.args[0], div) if div > 1 else ofac.args[0]
                 if folded is not None:
                     rest = [t for k, t in enumerate(terms) if k not in (i, j)]
                     expr = sympy.Add(coeff * folded, *rest)
@@ -287,6 +428,19 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
             if changed:
                 break
     return expr
+
+
+def _coeff_and_mod(term: sympy.Expr) -> tuple[sympy.Expr, ModIdx | None]:
+    """A term ``c * ModIdx(...)`` as (c, the ModIdx), ``c`` a number or a product with size
+    symbols; (term, None) for any other term."""
+    coeff, factor = term.as_coeff_Mul()
+    if isinstance(factor, ModIdx):
+        return coeff, factor
+    if term.is_Mul:
+        mods = [f for f in term.args if isinstance(f, ModIdx)]
+        if len(mods) == 1 and all(f.is_Number or f.is_positive is True for f in term.args if f is not mods[0]):
+            return term / mods[0], mods[0]
+    return term, None
 
 
 def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) -> sympy.Expr:
@@ -299,9 +453,9 @@ def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) 
 # same for the same operands.
 @functools.lru_cache(maxsize=1 << 16)
 def _ravel(index: tuple[sympy.Expr, ...], strides: tuple[int, ...], offset: int) -> sympy.Expr:
-    total: sympy.Expr = sympy.Integer(offset)
+    total: sympy.Expr = sympy.sympify(offset)
     for i, s in zip(index, strides):
-        total += sympy.Integer(s) * i
+        total += sympy.sympify(s) * i
     return total
 
 
@@ -313,7 +467,7 @@ def unravel(flat: sympy.Expr, sizes: Sequence[int], strides: Sequence[int]) -> l
     """
     out: list[sympy.Expr] = []
     for size, stride in zip(sizes, strides):
-        if size <= 1:  # a size-1 dim is always 0; a size-0 one is never reached
+        if _is_int(size) and size <= 1:  # a size-1 dim is always 0; a size-0 one is never reached
             out.append(sympy.Integer(0))
         else:
             out.append(ModIdx(FloorDiv(flat, stride), size))
@@ -355,11 +509,15 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
         text = self._print(expr)
         return f"({text})" if expr.is_Add else text
 
+    def _divisor(self, expr: sympy.Expr) -> str:
+        text = self._print(expr)
+        return text if expr.is_Atom else f"({text})"  # 64*s0 divides as one number
+
     def _print_FloorDiv(self, expr: FloorDiv) -> str:
-        return f"({self._operand(expr.args[0])} // {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} // {self._divisor(expr.args[1])})"
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
-        return f"({self._operand(expr.args[0])} % {self._print(expr.args[1])})"
+        return f"({self._operand(expr.args[0])} % {self._divisor(expr.args[1])})"
 
     def _print_Clamp(self, expr: Clamp) -> str:
         # Selects, not tl.minimum/tl.maximum: Triton 3.6 compiled the bilinear upsampling of a
@@ -390,6 +548,8 @@ def block_aligned(expr: sympy.Expr, blocks: Mapping[sympy.Symbol, tuple[int, sym
     ``window_arithmetic``."""
     swaps: dict[sympy.Expr, sympy.Expr] = {}
     for e in expr.atoms(FloorDiv, ModIdx):
+        if not e.args[1].is_Integer:
+            continue
         v, d = e.args[0], int(e.args[1])
         if v not in blocks or d % blocks[v][0]:
             continue

@@ -3,6 +3,7 @@
 import itertools
 
 import pytest
+import sympy
 
 from fusebackend import indexing
 from fusebackend.indexing import FloorDiv, ModIdx, pexpr, simplify, var
@@ -99,3 +100,49 @@ def test_block_aligned_takes_divisions_by_multiples_of_the_block_at_its_start() 
     assert indexing.block_aligned(indexing.FloorDiv(x + 1, 128), blocks) == indexing.FloorDiv(x + 1, 128)
     assert not indexing.window_arithmetic(aligned, frozenset({start}))
     assert indexing.window_arithmetic(expr, frozenset({start}))
+
+
+# -- symbolic sizes (Dynamo's symbols: positive integers, at least indexing.SIZE_FLOOR) ---------
+
+S0 = sympy.Symbol("s0", integer=True, positive=True)
+S1 = sympy.Symbol("s1", integer=True, positive=True)
+
+
+@pytest.mark.parametrize("sizes, strides", [
+    ((2, S0, 64), (64 * S0, 64, 1)),  # a symbolic sequence length
+    ((S0, S1, 8), (8 * S1, 8, 1)),  # symbolic batch and length
+    ((S0, 8, S1), (8 * S1, 1, 8)),  # channels-last-like: the symbolic dim strided
+])
+def test_a_round_trip_over_symbolic_sizes_folds_back(sizes, strides) -> None:
+    x = var("X")
+    ranges = {x: sympy.Mul(*sizes)}
+    index = [simplify(e, ranges) for e in indexing.unravel(x, sizes, strides)]
+    assert simplify(indexing.ravel(index, strides), ranges) == x
+    assert not isinstance(index[0], ModIdx)  # the slowest dim's index stays below its size
+
+
+def test_symbolic_div_and_mod_rules() -> None:
+    x, y = var("X"), var("Y")
+    assert FloorDiv(128 * S0 - 1, 64 * S0) == 1  # 2*64*s0 - 1 over 64*s0, for any s0 >= 2
+    assert FloorDiv(3, 4 * S0) == 0 and FloorDiv(-1, S0) == -1
+    assert FloorDiv(64 * S0 * y + x, 64 * S0) == y + FloorDiv(x, 64 * S0)
+    assert ModIdx(64 * S0 * y + x, 64 * S0) == ModIdx(x, 64 * S0)
+    assert FloorDiv(FloorDiv(x, 64), S0) == FloorDiv(x, 64 * S0)
+    assert ModIdx(ModIdx(x, 4 * S0), S0) == ModIdx(x, S0)
+    assert simplify(FloorDiv(x, S0), {x: S0}) == 0 and simplify(ModIdx(x, S0), {x: S0}) == x
+    assert indexing.bounds(FloorDiv(x, 64), {x: 64 * S0}) == (0, S0 - 1)
+    with pytest.raises(ValueError):
+        FloorDiv(x, y)  # a loop variable is no divisor
+    with pytest.raises(TypeError):
+        indexing.bounds(x * (y - 5), {x: 4, y: S0})  # a factor of unknown sign
+
+
+@pytest.mark.parametrize("s0, s1", [(2, 3), (5, 2), (7, 11)])
+def test_a_printed_symbolic_index_evaluates_like_the_expression(s0: int, s1: int) -> None:
+    x = var("X")
+    expr = ModIdx(FloorDiv(x, 8 * S1), S0) + 3 * FloorDiv(x, S0 * S1)
+    text = pexpr(expr)
+    assert "// (8*s1)" in text and "% s0" in text
+    for value in range(0, 8 * s0 * s1 * 2, 7):
+        expected = (value // (8 * s1)) % s0 + 3 * (value // (s0 * s1))
+        assert eval(text, {"X": value, "s0": s0, "s1": s1}) == expected
