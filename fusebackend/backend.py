@@ -80,15 +80,11 @@ class FusedGraph:
         self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
         self.autotune = autotune
-        # Dynamo's symbols in its input sizes, read before lowering (which traces the graph at
-        # concrete sizes); None until the graph is made
-        self.symbols = symbolic.symbols(self._gm) if self._gm is not None else None
 
     @property
     def gm(self) -> torch.fx.GraphModule:
         if self._gm is None:
             self._gm = self._make_gm()
-            self.symbols = symbolic.symbols(self._gm)
         return self._gm
 
     def _eager(self, args: list[Any]) -> Any:
@@ -115,9 +111,10 @@ class FusedGraph:
         ``config.specialization_warning`` of them (a server whose sizes change with every
         request would otherwise compile without end, silently)."""
         count = len(self.cache)
-        metrics.specialized[self.name] = (count, self.symbols or ())
+        names = symbolic.symbols(self.gm)  # the graph's traced values keep their symbols (lowering adds no guard)
+        metrics.specialized[self.name] = (count, names)
         if count == config.specialization_warning:
-            symbols = f" (its sizes {', '.join(self.symbols)} are symbolic in Dynamo's graph)" if self.symbols else ""
+            symbols = f" (its sizes {', '.join(names)} are symbolic in Dynamo's graph)" if names else ""
             warnings.warn(f"fusebackend: graph {self.name} has been compiled for {count} input shapes{symbols}; "
                           "fuse compiles a graph once per shape (metrics.specialized counts them)", stacklevel=4)
 

@@ -304,34 +304,19 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
 def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, int], ...]) -> sympy.Expr:
     ranges = dict(range_items)
     args = [simplify(a, ranges) for a in expr.args]
-    if isinstance(expr, FloorDiv):
-        inner, d = args[0], args[1]
-        if not d.is_Integer:  # a symbolic size
-            lo, hi = bounds(inner, ranges)
-            return sympy.Integer(0) if known_nonneg(lo) and known_le(hi + 1, d) else FloorDiv(inner, d)
-        d = int(d)
+    if isinstance(expr, (FloorDiv, ModIdx)):
+        inner, d = args
         lo, hi = bounds(inner, ranges)
-        if known_nonneg(lo) and known_le(hi + 1, d):
-            return sympy.Integer(0)
-        split = _split_small(inner, d, ranges)
-        if split is not None:  # (c*a + s) // (c*k) == a // k when 0 <= s < c
-            big, _, c = split
-            return simplify(FloorDiv(big, d // c), ranges)
-        return FloorDiv(inner, d)
-    if isinstance(expr, ModIdx):
-        inner, d = args[0], args[1]
-        if not d.is_Integer:  # a symbolic size
-            lo, hi = bounds(inner, ranges)
-            return inner if known_nonneg(lo) and known_le(hi + 1, d) else ModIdx(inner, d)
-        d = int(d)
-        lo, hi = bounds(inner, ranges)
-        if known_nonneg(lo) and known_le(hi + 1, d):
-            return inner
-        split = _split_small(inner, d, ranges)
-        if split is not None:  # (c*a + s) % (c*k) == c*(a % k) + s when 0 <= s < c
-            big, small, c = split
-            return c * simplify(ModIdx(big, d // c), ranges) + small
-        return ModIdx(inner, d)
+        if known_nonneg(lo) and known_le(hi + 1, d):  # below its divisor
+            return sympy.Integer(0) if isinstance(expr, FloorDiv) else inner
+        # a symbolic divisor (a size) keeps its division; a constant one may split off small terms
+        split = _split_small(inner, int(d), ranges) if d.is_Integer else None
+        if split is None:
+            return expr.func(inner, d)
+        big, small, c = split
+        if isinstance(expr, FloorDiv):  # (c*a + s) // (c*k) == a // k when 0 <= s < c
+            return simplify(FloorDiv(big, int(d) // c), ranges)
+        return c * simplify(ModIdx(big, int(d) // c), ranges) + small  # (c*a + s) % (c*k) == c*(a % k) + s
     if isinstance(expr, Clamp):
         inner, lo, hi = args[0], int(args[1]), int(args[2])
         a, b = bounds(inner, ranges)
