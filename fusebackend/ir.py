@@ -312,9 +312,25 @@ def storage_numel(buf: Buffer) -> int:
 
 def may_alias_arguments(node: Extern) -> bool:
     """Whether an ATen op's result may share memory with an argument: its schema says a result
-    aliases one (a view op), or it has no schema, or it is an ``unsafe_`` view op (unannotated)."""
+    aliases one (a view op), or it has no schema, or it is an ``unsafe_`` view op (unannotated),
+    or it is a collective's ``wait_tensor``, which returns its argument though its schema says
+    it makes a new tensor."""
     schema = getattr(node.op, "_schema", None)
-    return schema is None or any(r.alias_info is not None for r in schema.returns) or "unsafe" in schema.name
+    return (schema is None or any(r.alias_info is not None for r in schema.returns) or "unsafe" in schema.name
+            or (is_collective(node) and schema.name.endswith("wait_tensor")))
+
+
+# The namespaces of the functional collectives that traced graphs hold (all_reduce,
+# all_gather_into_tensor, reduce_scatter_tensor, ..., and wait_tensor, which waits for one)
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+
+
+def is_collective(node: Node) -> bool:
+    """Whether ``node`` is a functional collective or its wait. A collective runs asynchronously
+    (NCCL's own stream on a GPU): its input is read, and its result written, until the matching
+    ``wait_tensor`` returns, so neither buffer's memory may be written by anything else before
+    then; and every process must issue the collectives of a graph in the same order."""
+    return isinstance(node, Extern) and getattr(node.op, "namespace", None) in COLLECTIVE_NAMESPACES
 
 
 def written_buffers(node: Node) -> list[Buffer]:

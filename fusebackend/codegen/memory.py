@@ -9,7 +9,8 @@ buffer's tensor (``view`` where the layout differs), which costs a fraction of a
 A buffer's memory is taken over only where that is safe:
 
 - the dead buffer is a kernel output the wrapper allocated, or the one result of an ATen op that
-  writes into none of its arguments; not an input, a buffer written into an input, a scatter's
+  writes into none of its arguments and whose result is none of them; not an input, nor the input
+  or result of a collective (which reads or writes it on another stream until its wait), a buffer written into an input, a scatter's
   target (its memory lives on as the scatter's result) or one result of several (those may
   share memory with what is still live); not returned; and not read by an ATen op whose schema says a result may alias it (or an
   ``unsafe_`` view op, which does not say);
@@ -114,7 +115,8 @@ def _buffers(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list
         made = list(allocated.get(k, []))
         if isinstance(step, ExternCall):
             made += [buf for _, buf in step.node.outputs]
-            if len(step.node.outputs) == 1 and step.node.outputs[0][0] == () and not step.node.mutates:
+            if (len(step.node.outputs) == 1 and step.node.outputs[0][0] == () and not step.node.mutates
+                    and not ir.may_alias_arguments(step.node)):
                 buf = step.node.outputs[0][1]
                 owned[buf.name] = (buf.dtype, ir.storage_numel(buf))
         for buf in made:
@@ -141,9 +143,13 @@ def _live_bytes(count: int, size: dict[str, int], start: dict[str, int], last_us
 
 def _aliased_by_externs(steps: Sequence[KernelPlan | ExternCall]) -> set[str]:
     """Buffers read by an ATen op whose result may alias an argument (``ir.may_alias_arguments``):
-    a result may share their memory after they die."""
+    a result may share their memory after they die; and the inputs and results of collectives
+    (``ir.is_collective``), which the collective may read or write until its wait, on another
+    stream: they are freed (the process group holds them until then), never taken over."""
     out: set[str] = set()
     for step in steps:
-        if isinstance(step, ExternCall) and ir.may_alias_arguments(step.node):
+        if isinstance(step, ExternCall) and (ir.may_alias_arguments(step.node) or ir.is_collective(step.node)):
             out |= {v.buffer.name for v in step.node.reads()}
+            if ir.is_collective(step.node):
+                out |= {buf.name for _, buf in step.node.outputs}
     return out

@@ -65,6 +65,7 @@ class Groups:
         self.succ: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
         self.pred: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
         barrier: str | None = None
+        collective: str | None = None
         seen: list[str] = []
         for node in graph.nodes:
             deps = {producers[v.buffer.name] for v in node.reads() if v.buffer.name in producers}
@@ -73,6 +74,12 @@ class Groups:
             if isinstance(node, ir.Extern) and node.mutates:
                 deps.update(seen)  # a mutation waits for every earlier node, and blocks later ones
                 barrier = node.name
+            if ir.is_collective(node):
+                # collectives (and their waits) keep the graph's order among themselves: every
+                # process issues them in the same order, whatever order the rest takes
+                if collective is not None:
+                    deps.add(collective)
+                collective = node.name
             for d in deps:
                 self.succ[d].add(node.name)
                 self.pred[node.name].add(d)
