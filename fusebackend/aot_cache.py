@@ -119,7 +119,9 @@ class FuseGraphCode(OutputCode):
         pass  # the kernels' binaries are in Triton's own cache
 
 
-_PICKLED_OPS = ("torch.ops.aten", "torch.ops.prims")
+# ATen's ops, the prims fuse's decompositions use, and the functional collectives a graph under
+# torch.distributed holds (named by their process group, as Inductor's generated code names them)
+_PICKLED_OPS = ("torch.ops.aten", "torch.ops.prims", "torch.ops._c10d_functional")
 
 
 def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
@@ -133,8 +135,8 @@ def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
     for target in constants:
         _set_attribute(gm, target, None)
     try:
-        # ATen's ops, and the prims fuse's decompositions use (a max pool's window offsets,
-        # registered by ``torch._inductor.inductor_prims``, which fuse imports before loading)
+        # (the prims include a max pool's window offsets, registered by
+        # ``torch._inductor.inductor_prims``, which fuse imports before loading)
         graph = GraphPickler.dumps(gm, Options(node_metadata_key_filter=lambda key: key == "val",
                                                ops_filter=lambda name: name.startswith(_PICKLED_OPS)))
     finally:

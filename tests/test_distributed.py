@@ -78,6 +78,20 @@ def test_collectives_run_in_the_graph_order(world_of_one) -> None:
     assert calls.count("wait_tensor") == 2 and calls[0] != "wait_tensor"
 
 
+def test_a_graph_with_collectives_is_kept_in_aotautograds_cache(world_of_one) -> None:
+    import torch.distributed._functional_collectives as funcol
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return funcol.all_reduce(x.sin(), "sum", world_of_one) + 1
+
+    x = torch.randn(6, 5)
+    for _ in range(2):  # the second time from the caches, as a second process would
+        torch._dynamo.reset()
+        assert_same(compile_fn(fn)(x), fn(x))
+    m = fusebackend.metrics
+    assert (m.cache_misses, m.cache_hits, m.aot_cache_hits, m.eager_graphs) == (1, 1, 1, 0)
+
+
 def test_the_schedule_orders_each_collective_after_the_one_before() -> None:
     from fusebackend.scheduler.fusion import Groups
 
