@@ -115,10 +115,11 @@ def test_the_schedule_orders_each_collective_after_the_one_before() -> None:
 
 
 def _train(setup: str, tmp_path, monkeypatch: pytest.MonkeyPatch, **options: object) -> list:
-    from benchmarks.zoo.distributed import run
+    from benchmarks.zoo.distributed import Options, run
 
     monkeypatch.setenv("FUSE_CACHE_DIR", str(tmp_path / "cache"))  # the processes' own cache folder
-    return run([setup], ["fuse"], size="tiny", steps=5, out_dir=str(tmp_path), together=True, **options)
+    return run([setup], ["fuse"], size="tiny", steps=5, out_dir=str(tmp_path), together=True,
+               options=Options(**options))
 
 
 def test_ddp_trains_with_eager_ddps_losses(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

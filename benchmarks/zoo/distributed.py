@@ -56,6 +56,12 @@ WARMUP = 2  # steps not timed: the first compiles, the second may still allocate
 LOSS_RTOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-5}  # losses against eager's
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    bucket_mb: float | None = None  # DDP's bucket size (None: DDP's default, 25 MiB)
+    peak_blocks: int = 0  # on a GPU: list the largest blocks live at the peak of one more step
+
+
 @dataclasses.dataclass
 class Result:
     setup: str
@@ -70,6 +76,8 @@ class Result:
     eager_graphs: int | None = None  # fuse: graphs that ran eagerly there
     times_ms: list[float] = dataclasses.field(default_factory=list)  # the first process's step times
     step_peaks_mib: list[list[float]] = dataclasses.field(default_factory=list)  # per process, per timed step
+    # per process: (MiB, where allocated) of the largest blocks live at the peak of one more step
+    peak_blocks: list[list[tuple[float, str]]] = dataclasses.field(default_factory=list)
     loss_rdiff: float | None = None  # the largest |loss - eager's| / |eager's| over the steps
 
 
@@ -115,7 +123,7 @@ def _wrap(model: nn.Module, setup: str, variant: str, device: torch.device, buck
 
 
 def _worker(rank: int, world: int, port: int, model_name: str, size: str, setup: str, variants: list[str],
-            steps: int, out_dir: str, bucket_mb: float | None) -> None:
+            steps: int, out_dir: str, options: Options) -> None:
     import fusebackend
     from benchmarks.zoo.registry import ZOO
 
@@ -130,34 +138,43 @@ def _worker(rank: int, world: int, port: int, model_name: str, size: str, setup:
         for variant in variants:
             torch._dynamo.reset()
             fusebackend.metrics.reset()
-            result = _train(ZOO[model_name], size, setup, variant, steps, rank, world, device, dtype, bucket_mb)
+            result = _train(ZOO[model_name], size, setup, variant, steps, rank, world, device, dtype, options)
             if rank == 0:
                 with open(os.path.join(out_dir, f"{setup}-{variant}.json"), "w") as f:
                     json.dump(dataclasses.asdict(result), f)
+        # every process past its last collective before any tears the group down: a process
+        # that destroyed its gloo group while the other still sent into it aborted at exit
+        # ("terminate called without an active exception", 3 of 10 runs of the tiny FSDP2 on a CPU)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: int, world: int,
-           device: torch.device, dtype: torch.dtype, bucket_mb: float | None) -> Result:
+           device: torch.device, dtype: torch.dtype, options: Options) -> Result:
     import fusebackend
 
     built = entry.build(size, device, dtype)  # the same weights on every process (fixed seed)
     batch, seq = built.train_inputs["input_ids"].shape
     vocab = built.model.config.vocab_size
-    model = _wrap(built.model, setup, variant, device, bucket_mb)
+    model = _wrap(built.model, setup, variant, device, options.bucket_mb)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     cuda = device.type == "cuda"
-    losses, times, peaks = [], [], []
-    for step in range(steps):
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
+
+    def train_step(step: int) -> torch.Tensor:
         ids = _batch(vocab, batch, seq, rank, step, device)
-        start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    losses, times, peaks = [], [], []
+    for step in range(steps):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        loss = train_step(step)
         if cuda:
             torch.cuda.synchronize(device)
             peaks.append(torch.cuda.max_memory_allocated(device) / 2**20)
@@ -171,12 +188,27 @@ def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: in
     mine = torch.tensor(peaks[WARMUP:] if cuda else [0.0], dtype=torch.float64, device=device)
     every = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)  # each process's peak in each timed step
+    blocks: list[Any] = [None] * world
+    if cuda and options.peak_blocks:
+        from benchmarks.memory_study import live_at_peak
+
+        _, _, live = live_at_peak(lambda: train_step(steps), device)
+        dist.all_gather_object(blocks, _largest(live, options.peak_blocks))
     fused = variant == "fuse"
     return Result(setup, variant, world, losses, median.item() * 1e3, times[0], world * batch * seq / median.item(),
                   [p.max().item() for p in every] if cuda else [],
                   fusebackend.metrics.graphs_compiled if fused else None,
                   fusebackend.metrics.eager_graphs if fused else None, [t * 1e3 for t in times],
-                  [p.tolist() for p in every] if cuda else [])
+                  [p.tolist() for p in every] if cuda else [], blocks if blocks[0] is not None else [])
+
+
+def _largest(live: list[tuple[int, str]], count: int) -> list[tuple[float, str]]:
+    """The ``count`` largest of the blocks live at a peak, in MiB, those allocated at the same
+    place summed."""
+    by_place: dict[str, int] = {}
+    for size, where in live:
+        by_place[where] = by_place.get(where, 0) + size
+    return sorted(((n / 2**20, where) for where, n in by_place.items()), reverse=True)[:count]
 
 
 def _free_port() -> int:
@@ -187,10 +219,10 @@ def _free_port() -> int:
 
 def run(setups: list[str], variants: list[str], size: str = "real", steps: int = 20, model: str = "llama",
         out_dir: str = "bench_out", world: int | None = None, together: bool = False,
-        bucket_mb: float | None = None) -> list[Result]:
+        options: Options = Options()) -> list[Result]:
     """Every setup under every variant (eager first: the losses' reference), each in fresh
     processes (``together``: a setup's variants one after another in the same processes, which
-    saves their start-up on a CPU). ``bucket_mb``: DDP's bucket size (default DDP's, 25 MiB).
+    saves their start-up on a CPU). ``options``: see ``Options``.
     Returns the results, eager's first per setup."""
     cuda = torch.cuda.is_available() and size == "real"
     world = world or (torch.cuda.device_count() if cuda else 2)
@@ -200,7 +232,7 @@ def run(setups: list[str], variants: list[str], size: str = "real", steps: int =
     for setup in setups:
         for group in ([variants] if together else [[v] for v in variants]):
             mp.start_processes(_worker, args=(world, _free_port(), model, size, setup, group, steps, out_dir,
-                                                     bucket_mb),
+                                                     options),
                                nprocs=world, start_method="spawn")
         done = []
         for variant in variants:
@@ -223,6 +255,10 @@ def table(results: list[Result], dtype: torch.dtype) -> str:
         ok = "" if r.loss_rdiff is None or r.loss_rdiff <= tol else " **over**"
         lines.append(f"| {r.setup} | {r.variant} | {r.tokens_per_s:,.0f} | {r.tokens_per_s / eager[r.setup].tokens_per_s:.2f}x "
                      f"| {r.step_ms:.2f} | {r.first_step_s:.1f} | {peaks} | {r.loss_rdiff:.1e}{ok} | {graphs} |")
+    for r in results:
+        for rank, blocks in enumerate(r.peak_blocks):
+            lines.append(f"\n{r.setup} {r.variant}, process {rank}: the largest blocks live at the peak of a step")
+            lines += [f"    {mib:9.1f} MiB  {where}" for mib, where in blocks]
     return "\n".join(lines)
 
 
@@ -235,10 +271,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--world", type=int, default=None, help="processes (default: every GPU, or 2 on a CPU)")
     parser.add_argument("--bucket-mb", type=float, default=None, help="DDP's bucket size (default 25)")
+    parser.add_argument("--peak-blocks", type=int, default=0,
+                        help="GPU: list this many of the largest blocks live at the peak of one more step")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     args = parser.parse_args(argv)
     results = run(args.setups.split(","), args.variants.split(","), args.size, args.steps, args.model, args.out,
-                  args.world, bucket_mb=args.bucket_mb)
+                  args.world, options=Options(args.bucket_mb, args.peak_blocks))
     cuda = torch.cuda.is_available() and args.size == "real"
     text = table(results, torch.bfloat16 if cuda else torch.float32)
     device = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
