@@ -284,4 +284,3 @@ def _partition(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwarg
         graph.erase_node(node)
     joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
-

@@ -66,8 +66,8 @@ def _convert(expr: sympy.Expr) -> sympy.Expr:
     if isinstance(expr, torch_functions.FloorDiv):
         return indexing.FloorDiv(_convert(expr.args[0]), _divisor(expr, expr.args[1]))
     if isinstance(expr, torch_functions.ModularIndexing):  # (base // divisor) % modulus
-        base, divisor, modulus = (_convert(a) for a in expr.args)
-        return indexing.ModIdx(indexing.FloorDiv(base, _divisor(expr, divisor)), _divisor(expr, modulus))
+        base, divisor, modulus = expr.args
+        return indexing.ModIdx(indexing.FloorDiv(_convert(base), _divisor(expr, divisor)), _divisor(expr, modulus))
     raise NotSymbolic(f"size {expr}: {type(expr).__name__} is not handled symbolically")
 
 

@@ -188,18 +188,18 @@ def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: in
     mine = torch.tensor(peaks[WARMUP:] if cuda else [0.0], dtype=torch.float64, device=device)
     every = [torch.zeros_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)  # each process's peak in each timed step
-    blocks: list[Any] = [None] * world
+    at_peak: list[Any] = [None] * world
     if cuda and options.peak_blocks:
         from benchmarks.memory_study import live_at_peak
 
         _, _, live = live_at_peak(lambda: train_step(steps), device)
-        dist.all_gather_object(blocks, _largest(live, options.peak_blocks))
+        dist.all_gather_object(at_peak, _largest(live, options.peak_blocks))
     fused = variant == "fuse"
     return Result(setup, variant, world, losses, median.item() * 1e3, times[0], world * batch * seq / median.item(),
                   [p.max().item() for p in every] if cuda else [],
                   fusebackend.metrics.graphs_compiled if fused else None,
                   fusebackend.metrics.eager_graphs if fused else None, [t * 1e3 for t in times],
-                  [p.tolist() for p in every] if cuda else [], blocks if blocks[0] is not None else [])
+                  [p.tolist() for p in every] if cuda else [], at_peak if at_peak[0] is not None else [])
 
 
 def _largest(live: list[tuple[int, str]], count: int) -> list[tuple[float, str]]:

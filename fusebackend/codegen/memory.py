@@ -9,11 +9,12 @@ buffer's tensor (``view`` where the layout differs), which costs a fraction of a
 A buffer's memory is taken over only where that is safe:
 
 - the dead buffer is a kernel output the wrapper allocated, or the one result of an ATen op that
-  writes into none of its arguments and whose result is none of them; not an input, nor the input
-  or result of a collective (which reads or writes it on another stream until its wait), a buffer written into an input, a scatter's
-  target (its memory lives on as the scatter's result) or one result of several (those may
-  share memory with what is still live); not returned; and not read by an ATen op whose schema says a result may alias it (or an
-  ``unsafe_`` view op, which does not say);
+  writes into none of its arguments and whose result is none of them; not an input, a buffer
+  written into an input, a scatter's target (its memory lives on as the scatter's result) or one
+  result of several (those may share memory with what is still live); not returned; not read by
+  an ATen op whose schema says a result may alias it (or an ``unsafe_`` view op, which does not
+  say); and not the input or result of a collective (which reads or writes it on another stream
+  until its wait);
 - the new buffer is a kernel output the wrapper would allocate, of the same dtype and the same
   storage size (elements from its first to its last, plus one);
 - the dead buffer's last reader ran before the kernel that writes the new one: launches and ATen
