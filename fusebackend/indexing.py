@@ -117,24 +117,29 @@ def is_size(expr: sympy.Expr) -> bool:
         s.is_positive is True for s in expr.free_symbols) and expr.is_positive is True
 
 
-def known_nonneg(expr: sympy.Expr) -> bool:
+def known_nonneg(expr: sympy.Expr, floors: Mapping[sympy.Symbol, int] | None = None) -> bool:
     """Whether ``expr`` is >= 0 for every value of its symbols (loop variables >= 0, size
-    symbols >= ``SIZE_FLOOR``); False where that is not proven."""
+    symbols >= ``SIZE_FLOOR``, or >= their ``floors`` where given: the ranges Dynamo learned,
+    ``sizevars.known_le``); False where that is not proven. Each size symbol is written as its
+    floor plus a non-negative remainder, and the expanded polynomial is decided by sympy's
+    assumptions."""
     if isinstance(expr, int):
         return expr >= 0
     expr = sympy.sympify(expr)
     if expr.is_Number:
         return bool(expr >= 0)
-    shifted = {v: sympy.Symbol(f"{v.name}_above", integer=True, nonnegative=True) + SIZE_FLOOR
+    floors = floors or {}
+    shifted = {v: sympy.Symbol(f"{v.name}_above", integer=True, nonnegative=True) + max(floors.get(v, 0), SIZE_FLOOR)
                for v in expr.free_symbols if v.is_positive is True}
     return sympy.expand(expr.xreplace(shifted)).is_nonnegative is True
 
 
-def known_le(a: sympy.Expr | int, b: sympy.Expr | int) -> bool:
-    """``a <= b`` for every value of the symbols (for ints, the comparison itself)."""
+def known_le(a: sympy.Expr | int, b: sympy.Expr | int, floors: Mapping[sympy.Symbol, int] | None = None) -> bool:
+    """``a <= b`` for every value of the symbols (for ints, the comparison itself); ``floors``
+    as in ``known_nonneg``."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    return known_nonneg(sympy.sympify(b) - sympy.sympify(a))
+    return known_nonneg(sympy.sympify(b) - sympy.sympify(a), floors)
 
 
 def _quotient(term: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:

@@ -100,21 +100,11 @@ def ranges(shape_env: Any) -> dict[sympy.Symbol, tuple[int, int | None]]:
 
 
 def known_le(a: sympy.Expr | int, b: sympy.Expr | int, shape_env: Any = None) -> bool:
-    """Whether ``a <= b`` for every value the symbols may take (``indexing.known_le``), using
-    the symbols' lower bounds in ``shape_env`` where it is given: ``64*s0 >= 256`` is proven for a
-    symbol Dynamo knows to be at least 4. Never guards."""
-    if indexing.known_le(a, b):
-        return True
-    if shape_env is None:
-        return False
-    diff = sympy.sympify(b) - sympy.sympify(a)
-    lows = {s: lo for s, (lo, _) in ranges(shape_env).items() if s in diff.free_symbols and lo > indexing.SIZE_FLOOR}
-    if not lows:
-        return False
-    # each symbol as its lower bound plus a non-negative remainder: the positive assumptions then
-    # decide a polynomial whose coefficients are all non-negative
-    shifted = {s: lo + sympy.Symbol(f"{s.name}_over", integer=True, nonnegative=True) for s, lo in lows.items()}
-    return indexing.known_nonneg(sympy.expand(diff.xreplace(shifted)))
+    """Whether ``a <= b`` for every value the symbols may take (``indexing.known_le``), each
+    symbol at least its lower bound in ``shape_env`` where it is given: ``64*s0 >= 256`` is
+    proven for a symbol Dynamo knows to be at least 4. Never guards."""
+    floors = {s: lower for s, (lower, _) in ranges(shape_env).items()} if shape_env is not None else None
+    return indexing.known_le(a, b, floors)
 
 
 def known_true(relation: Any, shape_env: Any) -> bool | None:

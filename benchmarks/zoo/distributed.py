@@ -90,11 +90,6 @@ def blocks(model: nn.Module) -> nn.ModuleList:
     return max(lists, key=len)
 
 
-def _batch(vocab: int, batch: int, seq: int, rank: int, step: int, device: torch.device) -> torch.Tensor:
-    draw = torch.Generator().manual_seed(1000 * step + rank + 1)
-    return torch.randint(2, vocab, (batch, seq), generator=draw).to(device)
-
-
 def _wrap(model: nn.Module, setup: str, variant: str, device: torch.device, bucket_mb: float | None) -> nn.Module:
     import fusebackend
 
@@ -153,6 +148,7 @@ def _worker(rank: int, world: int, port: int, model_name: str, size: str, setup:
 def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: int, world: int,
            device: torch.device, dtype: torch.dtype, options: Options) -> Result:
     import fusebackend
+    from benchmarks.zoo.common import tokens
 
     built = entry.build(size, device, dtype)  # the same weights on every process (fixed seed)
     batch, seq = built.train_inputs["input_ids"].shape
@@ -162,7 +158,7 @@ def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: in
     cuda = device.type == "cuda"
 
     def train_step(step: int) -> torch.Tensor:
-        ids = _batch(vocab, batch, seq, rank, step, device)
+        ids = tokens(batch, seq, vocab, device, offset=1000 * step + rank)  # each process and step its own
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         optimizer.step()
