@@ -7,7 +7,9 @@ tuned (``fuse@max-autotune-no-cudagraphs``) in several processes, and the compar
    GPU) are deleted; only the compiled graphs and kernels are kept.
 2. ``--processes`` timed zoo processes, one after another, on that cache folder. The first tunes
    every kernel alone on the GPU and stores its choices; the later ones load them, as a user's
-   second process would. Each gives GPU ms per step (CUDA events around steps issued behind a
+   second process would. With several GPUs, one process runs on each at once (each alone on its
+   GPU; those started together tune side by side, and a choice one stores first the other may
+   load); the warm-up's jobs are spread over them. Each gives GPU ms per step (CUDA events around steps issued behind a
    sleep: the kernels' time, not the host's).
 3. The table: per model, fuse tuned over fuse by GPU ms in each process (its range), marked
    slower where it is slower by more than ``SLOWER`` in every process; and the geometric mean
@@ -41,10 +43,18 @@ SLOWER = 0.01  # tuned over default above 1 + SLOWER in every process: slower
 TINY: list[str] = []  # ["--tiny"] with --tiny
 
 
-def _zoo(models: list[str], out: str, cache: str, extra: list[str], log: str) -> subprocess.Popen:
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if not TINY else 0
+
+
+def _zoo(models: list[str], out: str, cache: str, extra: list[str], log: str, gpu: int | None = None) -> subprocess.Popen:
+    """A zoo process over ``models`` (on GPU ``gpu`` alone where given)."""
     command = [sys.executable, "-m", "benchmarks.zoo", "--mode", "inference", "--models", ",".join(models),
                "--variants", VARIANTS, "--cache-dir", cache, "--out", out, *TINY, *extra]
-    return subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu)) if gpu is not None else None
+    return subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
 
 
 def warm(models: list[str], work: str, jobs: int) -> None:
@@ -55,7 +65,8 @@ def warm(models: list[str], work: str, jobs: int) -> None:
         if part:
             out = os.path.join(work, f"warm{k}")
             os.makedirs(out, exist_ok=True)
-            procs.append(_zoo(part, out, cache, ["--no-timing"], os.path.join(out, "log.txt")))
+            procs.append(_zoo(part, out, cache, ["--no-timing"], os.path.join(out, "log.txt"),
+                              k % _gpus() if _gpus() > 1 else None))
     for p in procs:
         p.wait()
     shutil.rmtree(os.path.join(cache, "fuse", "autotune"), ignore_errors=True)  # timed on a shared GPU
@@ -64,12 +75,16 @@ def warm(models: list[str], work: str, jobs: int) -> None:
 def timed(models: list[str], work: str, processes: int, rep_ms: float) -> None:
     cache = os.path.join(work, "cache")
     done = len(glob.glob(os.path.join(work, "p*", "zoo*.json")))
-    for k in range(done, done + processes):
-        out = os.path.join(work, f"p{k + 1}")
-        os.makedirs(out, exist_ok=True)
-        start = time.time()
-        rc = _zoo(models, out, cache, ["--rep-ms", str(rep_ms)], os.path.join(out, "log.txt")).wait()
-        print(f"process {k + 1}: exit {rc}, {time.time() - start:.0f} s", flush=True)
+    gpus = max(_gpus(), 1)
+    for first in range(done, done + processes, gpus):  # one process per GPU at a time
+        start, procs = time.time(), {}
+        for k in range(first, min(first + gpus, done + processes)):
+            out = os.path.join(work, f"p{k + 1}")
+            os.makedirs(out, exist_ok=True)
+            procs[k] = _zoo(models, out, cache, ["--rep-ms", str(rep_ms)], os.path.join(out, "log.txt"),
+                            k - first if gpus > 1 else None)
+        for k, proc in procs.items():
+            print(f"process {k + 1}: exit {proc.wait()}, {time.time() - start:.0f} s", flush=True)
 
 
 def _rows(path: str) -> dict[str, dict[str, float]]:

@@ -25,6 +25,13 @@ optimizer, the device synchronized). Reported per variant:
   the highest over the steps for each process (the JSON keeps every step's);
 - fuse's graph count and graphs run eagerly (``fusebackend.metrics``), from the first process.
 
+FSDP2's step times wander between processes and within one (two H200s, 2026-11-25: over five
+runs of 18 timed steps, fuse's tokens/s over Inductor's ranged 0.79x to 1.27x, and eager's median
+step 80.6 to 90.7 ms; every variant had slow stretches of several steps). ``--interleave`` builds every variant in the same processes and steps
+them in turn, the order rotated each round, so a slow stretch falls on all of them; the table then
+adds each variant's median step time over eager's, per round (paired). Peak memory is only
+meaningful without it: the other variants' models are allocated too.
+
 ``PYTHONPATH=. python -m benchmarks.zoo.distributed --out "$OUT"`` (the zoo's Llama, real size,
 bf16, 20 steps, both setups, eager / Inductor / fuse, on every visible GPU); ``--size tiny`` with
 two CPU processes (gloo, fp32, kernels in Triton's interpreter). The tests
@@ -34,6 +41,7 @@ two CPU processes (gloo, fp32, kernels in Triton's interpreter). The tests
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import math
@@ -60,6 +68,9 @@ LOSS_RTOL = {torch.bfloat16: 1e-2, torch.float16: 1e-2, torch.float32: 1e-5}  # 
 class Options:
     bucket_mb: float | None = None  # DDP's bucket size (None: DDP's default, 25 MiB)
     peak_blocks: int = 0  # on a GPU: list the largest blocks live at the peak of one more step
+    # the variants in the same processes, one step of each in turn (paired times; the peaks then
+    # include the other variants' models)
+    interleave: bool = False
 
 
 @dataclasses.dataclass
@@ -78,6 +89,12 @@ class Result:
     step_peaks_mib: list[list[float]] = dataclasses.field(default_factory=list)  # per process, per timed step
     # per process: (MiB, where allocated) of the largest blocks live at the peak of one more step
     peak_blocks: list[list[tuple[float, str]]] = dataclasses.field(default_factory=list)
+    # per process, per timed step: MiB allocated as the step began (parameters, optimizer state, ...)
+    step_base_mib: list[list[float]] = dataclasses.field(default_factory=list)
+    # per process, with peak_blocks: (MiB, what) of the blocks allocated between steps that are
+    # no parameter, gradient or optimizer state, by size
+    resident: list[list[tuple[float, str]]] = dataclasses.field(default_factory=list)
+    interleaved: bool = False  # stepped in turn with the other variants, in the same processes
     loss_rdiff: float | None = None  # the largest |loss - eager's| / |eager's| over the steps
 
 
@@ -129,14 +146,34 @@ def _worker(rank: int, world: int, port: int, model_name: str, size: str, setup:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     dtype = torch.bfloat16 if cuda else torch.float32
+
+    def trainer(variant: str) -> _Trainer:
+        return _Trainer(ZOO[model_name], size, setup, variant, rank, world, device, dtype, options)
+
+    def save(result: Result) -> None:
+        if rank == 0:
+            with open(os.path.join(out_dir, f"{setup}-{result.variant}.json"), "w") as f:
+                json.dump(dataclasses.asdict(result), f)
+
     try:
-        for variant in variants:
-            torch._dynamo.reset()
-            fusebackend.metrics.reset()
-            result = _train(ZOO[model_name], size, setup, variant, steps, rank, world, device, dtype, options)
-            if rank == 0:
-                with open(os.path.join(out_dir, f"{setup}-{variant}.json"), "w") as f:
-                    json.dump(dataclasses.asdict(result), f)
+        if options.interleave:
+            # every variant's model at once, one step of each in turn, the order rotated each round:
+            # a slow stretch of the machine falls on every variant alike
+            trainers = [trainer(v) for v in variants]
+            for step in range(steps):
+                for i in range(len(trainers)):
+                    trainers[(step + i) % len(trainers)].step(step)
+            for t in trainers:
+                save(t.result())
+        else:
+            for variant in variants:
+                torch._dynamo.reset()
+                fusebackend.metrics.reset()
+                t = trainer(variant)
+                for step in range(steps):
+                    t.step(step)
+                save(t.result())
+                del t
         # every process past its last collective before any tears the group down: a process
         # that destroyed its gloo group while the other still sent into it aborted at exit
         # ("terminate called without an active exception", 3 of 10 runs of the tiny FSDP2 on a CPU)
@@ -145,57 +182,110 @@ def _worker(rank: int, world: int, port: int, model_name: str, size: str, setup:
         dist.destroy_process_group()
 
 
-def _train(entry: Any, size: str, setup: str, variant: str, steps: int, rank: int, world: int,
-           device: torch.device, dtype: torch.dtype, options: Options) -> Result:
-    import fusebackend
-    from benchmarks.zoo.common import tokens
+class _Trainer:
+    """One variant's model and optimizer on this process, stepped on this process's batches."""
 
-    built = entry.build(size, device, dtype)  # the same weights on every process (fixed seed)
-    batch, seq = built.train_inputs["input_ids"].shape
-    vocab = built.model.config.vocab_size
-    model = _wrap(built.model, setup, variant, device, options.bucket_mb)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    cuda = device.type == "cuda"
+    def __init__(self, entry: Any, size: str, setup: str, variant: str, rank: int, world: int,
+                 device: torch.device, dtype: torch.dtype, options: Options) -> None:
+        built = entry.build(size, device, dtype)  # the same weights on every process (fixed seed)
+        self.batch, self.seq = built.train_inputs["input_ids"].shape
+        self.vocab = built.model.config.vocab_size
+        self.model = _wrap(built.model, setup, variant, device, options.bucket_mb)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LR)
+        self.setup, self.variant, self.rank, self.world = setup, variant, rank, world
+        self.device, self.options = device, options
+        self.cuda = device.type == "cuda"
+        self.losses: list[float] = []
+        self.times: list[float] = []
+        self.peaks: list[float] = []
+        self.bases: list[float] = []
 
-    def train_step(step: int) -> torch.Tensor:
-        ids = tokens(batch, seq, vocab, device, offset=1000 * step + rank)  # each process and step its own
-        loss = model(input_ids=ids, labels=ids).loss
+    def _step(self, step: int) -> torch.Tensor:
+        from benchmarks.zoo.common import tokens
+
+        # each process and step its own batch, the same for every variant
+        ids = tokens(self.batch, self.seq, self.vocab, self.device, offset=1000 * step + self.rank)
+        loss = self.model(input_ids=ids, labels=ids).loss
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return loss
 
-    losses, times, peaks = [], [], []
-    for step in range(steps):
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
+    def step(self, step: int) -> None:
+        """One timed step: its wall time (the device synchronized), peak and starting memory, and
+        the loss averaged over the processes."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.bases.append(torch.cuda.memory_allocated(self.device) / 2**20)
         start = time.perf_counter()
-        loss = train_step(step)
-        if cuda:
-            torch.cuda.synchronize(device)
-            peaks.append(torch.cuda.max_memory_allocated(device) / 2**20)
-        times.append(time.perf_counter() - start)
+        loss = self._step(step)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.peaks.append(torch.cuda.max_memory_allocated(self.device) / 2**20)
+        self.times.append(time.perf_counter() - start)
         mean = loss.detach().float().clone()
         dist.all_reduce(mean)
-        losses.append(mean.item() / world)
-    timed = times[WARMUP:] or times
-    median = torch.tensor(statistics.median(timed), dtype=torch.float64, device=device)
-    dist.all_reduce(median, op=dist.ReduceOp.MAX)
-    mine = torch.tensor(peaks[WARMUP:] if cuda else [0.0], dtype=torch.float64, device=device)
-    every = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine)  # each process's peak in each timed step
-    at_peak: list[Any] = [None] * world
-    if cuda and options.peak_blocks:
-        from benchmarks.memory_study import live_at_peak
+        self.losses.append(mean.item() / self.world)
 
-        _, _, live = live_at_peak(lambda: train_step(steps), device)
-        dist.all_gather_object(at_peak, _largest(live, options.peak_blocks))
-    fused = variant == "fuse"
-    return Result(setup, variant, world, losses, median.item() * 1e3, times[0], world * batch * seq / median.item(),
-                  [p.max().item() for p in every] if cuda else [],
-                  fusebackend.metrics.graphs_compiled if fused else None,
-                  fusebackend.metrics.eager_graphs if fused else None, [t * 1e3 for t in times],
-                  [p.tolist() for p in every] if cuda else [], at_peak if at_peak[0] is not None else [])
+    def result(self) -> Result:
+        """The variant's figures over every process (collective: every process calls it)."""
+        import fusebackend
+
+        cuda, device, world = self.cuda, self.device, self.world
+        timed = self.times[WARMUP:] or self.times
+        median = torch.tensor(statistics.median(timed), dtype=torch.float64, device=device)
+        dist.all_reduce(median, op=dist.ReduceOp.MAX)
+        mine = torch.tensor([self.peaks[WARMUP:], self.bases[WARMUP:]] if cuda else [[0.0]], dtype=torch.float64,
+                            device=device)
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(every, mine)  # each process's peak and base in each timed step
+        at_peak: list[Any] = [None] * world
+        resident: list[Any] = [None] * world
+        if cuda and self.options.peak_blocks:
+            from benchmarks.memory_study import live_at_peak
+
+            dist.all_gather_object(resident, _resident(self.model, self.optimizer, device))
+            _, _, live = live_at_peak(lambda: self._step(len(self.times)), device)
+            dist.all_gather_object(at_peak, _largest(live, self.options.peak_blocks))
+        fused = self.variant == "fuse"
+        return Result(self.setup, self.variant, world, self.losses, median.item() * 1e3, self.times[0],
+                      world * self.batch * self.seq / median.item(),
+                      [p[0].max().item() for p in every] if cuda else [],
+                      fusebackend.metrics.graphs_compiled if fused else None,
+                      fusebackend.metrics.eager_graphs if fused else None, [t * 1e3 for t in self.times],
+                      [p[0].tolist() for p in every] if cuda else [], at_peak if at_peak[0] is not None else [],
+                      [p[1].tolist() for p in every] if cuda else [], resident if resident[0] is not None else [],
+                      interleaved=self.options.interleave)
+
+
+def _resident(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> list[tuple[float, str]]:
+    """The blocks allocated between steps that hold no parameter, gradient or optimizer state,
+    counted by size, in MiB (what a variant keeps from step to step beyond the model's own)."""
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t  # FSDP2's parameters are DTensors
+
+    known = []
+    for p in model.parameters():
+        known += [local(p)] + ([local(p.grad)] if p.grad is not None else [])
+    for state in optimizer.state.values():
+        known += [local(v) for v in state.values() if isinstance(v, torch.Tensor)]
+    starts = sorted(t.untyped_storage().data_ptr() for t in known if t.device == device)
+    torch.cuda.synchronize(device)
+    counts: dict[int, int] = {}
+    for segment in torch.cuda.memory._snapshot()["segments"]:
+        if segment["device"] != device.index:
+            continue
+        address = segment["address"]
+        for block in segment["blocks"]:
+            start, address = address, address + block["size"]
+            if block["state"] != "active_allocated":
+                continue
+            i = bisect.bisect_left(starts, start)
+            if i < len(starts) and starts[i] < address:
+                continue  # a parameter, gradient or optimizer state lives here
+            counts[block["size"]] = counts.get(block["size"], 0) + 1
+    return sorted(((n * size / 2**20, f"{n} x {size:,} B") for size, n in counts.items()), reverse=True)
 
 
 def _largest(live: list[tuple[int, str]], count: int) -> list[tuple[float, str]]:
@@ -226,7 +316,7 @@ def run(setups: list[str], variants: list[str], size: str = "real", steps: int =
     os.makedirs(out_dir, exist_ok=True)
     results = []
     for setup in setups:
-        for group in ([variants] if together else [[v] for v in variants]):
+        for group in ([variants] if together or options.interleave else [[v] for v in variants]):
             mp.start_processes(_worker, args=(world, _free_port(), model, size, setup, group, steps, out_dir,
                                                      options),
                                nprocs=world, start_method="spawn")
@@ -247,15 +337,30 @@ def table(results: list[Result], dtype: torch.dtype) -> str:
     eager = {r.setup: r for r in results if r.variant == "eager"}
     for r in results:
         peaks = f"{max(r.peak_mib):.0f}; {', '.join(f'{p:.0f}' for p in r.peak_mib)}" if r.peak_mib else "n/a"
+        peaks = "n/a (interleaved)" if r.interleaved else peaks
         graphs = f"{r.graphs} ({r.eager_graphs})" if r.graphs is not None else "-"
         ok = "" if r.loss_rdiff is None or r.loss_rdiff <= tol else " **over**"
         lines.append(f"| {r.setup} | {r.variant} | {r.tokens_per_s:,.0f} | {r.tokens_per_s / eager[r.setup].tokens_per_s:.2f}x "
                      f"| {r.step_ms:.2f} | {r.first_step_s:.1f} | {peaks} | {r.loss_rdiff:.1e}{ok} | {graphs} |")
+    for setup, first in eager.items():
+        if first.interleaved:
+            lines.append(f"\n{setup}, stepped in turn: the median over timed rounds of a variant's step time over eager's:")
+            lines += [f"    {r.variant}: {_paired(r, first):.3f}" for r in results if r.setup == setup]
     for r in results:
         for rank, blocks in enumerate(r.peak_blocks):
             lines.append(f"\n{r.setup} {r.variant}, process {rank}: the largest blocks live at the peak of a step")
             lines += [f"    {mib:9.1f} MiB  {where}" for mib, where in blocks]
+    for r in results:
+        for rank, (blocks, base) in enumerate(zip(r.resident, r.step_base_mib)):
+            lines.append(f"\n{r.setup} {r.variant}, process {rank}: {max(base):.1f} MiB allocated between steps; "
+                         f"of it, {sum(m for m, _ in blocks):.1f} MiB neither parameters, gradients nor optimizer state:")
+            lines += [f"    {mib:9.1f} MiB  {what}" for mib, what in blocks[:12]]
     return "\n".join(lines)
+
+
+def _paired(r: Result, base: Result) -> float:
+    """The median over the timed rounds of ``r``'s step time over ``base``'s in the same round."""
+    return statistics.median(a / b for a, b in zip(r.times_ms[WARMUP:], base.times_ms[WARMUP:]))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -269,10 +374,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bucket-mb", type=float, default=None, help="DDP's bucket size (default 25)")
     parser.add_argument("--peak-blocks", type=int, default=0,
                         help="GPU: list this many of the largest blocks live at the peak of one more step")
+    parser.add_argument("--interleave", action="store_true",
+                        help="all variants in the same processes, one step of each in turn (paired step times; "
+                             "the peaks then include the other variants' models)")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     args = parser.parse_args(argv)
     results = run(args.setups.split(","), args.variants.split(","), args.size, args.steps, args.model, args.out,
-                  args.world, options=Options(args.bucket_mb, args.peak_blocks))
+                  args.world, options=Options(args.bucket_mb, args.peak_blocks, args.interleave))
     cuda = torch.cuda.is_available() and args.size == "real"
     text = table(results, torch.bfloat16 if cuda else torch.float32)
     device = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
