@@ -21,19 +21,27 @@ prove that int32 arithmetic is safe.
 Symbolic sizes (issue 15, not yet produced by lowering): a loop variable's range and a divisor
 may be expressions in Dynamo's size symbols (``positive=True``, at least ``SIZE_FLOOR``). The
 same rules hold where they are proven for every value of the symbols (``known_nonneg``,
-``known_le``), and ``bounds`` returns expressions; anything unproven is left as it is (a ModIdx
-kept, a division not folded), which is slower code, never a wrong index.
+``known_le``, in ``indexing_symbolic``), and ``bounds`` returns expressions; anything unproven is
+left as it is (a ModIdx kept, a division not folded), which is slower code, never a wrong index.
+Layouts with symbolic sizes or strides are decided by structure (``is_dense``: each stride the
+product of the sizes inside it); one not proven dense is reported not dense.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import sympy
 
-Ranges = Mapping[sympy.Symbol, int]
+# SIZE_FLOOR is re-exported: sizevars reads it, and is_size and known_le, from here.
+from fusebackend.indexing_symbolic import SIZE_FLOOR  # noqa: F401
+from fusebackend.indexing_symbolic import (at_least_one, common_factors, dense_by_structure, is_size, known_le,
+                                           known_nonneg, order_by_stride, quotient)
+
+Size = int | sympy.Expr  # an int, or an expression in Dynamo's size symbols
+Ranges = Mapping[sympy.Symbol, Size]  # each loop variable's extent
 
 
 def var(name: str) -> sympy.Symbol:
@@ -88,7 +96,7 @@ class ModIdx(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer:
             return sympy.Integer(int(a) % int(b))
-        if isinstance(a, ModIdx) and a.args[1].is_Integer and int(a.args[1]) % int(b) == 0:
+        if isinstance(a, ModIdx) and _divides(b, a.args[1]):
             return ModIdx(a.args[0], b)
         if a.is_Add:
             whole, rest = _split_multiples(a, int(b))
@@ -103,59 +111,16 @@ class ModIdx(sympy.Function):
 
 # -- symbolic sizes ----------------------------------------------------------------------------
 #
-# A graph with symbolic sizes (``symbolic.py``) divides by sizes that are Dynamo's symbols:
-# sympy symbols with ``positive=True``, at least ``SIZE_FLOOR`` (Dynamo compiles sizes 0 and 1
-# apart). Loop variables are only ``nonnegative``. A divisor or modulus may be a product of such
-# symbols and a positive constant; every proof below holds for any value the symbols take.
-
-SIZE_FLOOR = 2
-
-
-def is_size(expr: sympy.Expr) -> bool:
-    """A positive integer made of Dynamo's size symbols and constants (a symbolic divisor)."""
-    return bool(expr.free_symbols) and expr.is_integer is True and all(
-        s.is_positive is True for s in expr.free_symbols) and expr.is_positive is True
-
-
-def known_nonneg(expr: sympy.Expr, floors: Mapping[sympy.Symbol, int] | None = None) -> bool:
-    """Whether ``expr`` is >= 0 for every value of its symbols (loop variables >= 0, size
-    symbols >= ``SIZE_FLOOR``, or >= their ``floors`` where given: the ranges Dynamo learned,
-    ``sizevars.known_le``); False where that is not proven. Each size symbol is written as its
-    floor plus a non-negative remainder, and the expanded polynomial is decided by sympy's
-    assumptions."""
-    if isinstance(expr, int):
-        return expr >= 0
-    expr = sympy.sympify(expr)
-    if expr.is_Number:
-        return bool(expr >= 0)
-    floors = floors or {}
-    shifted = {v: sympy.Symbol(f"{v.name}_above", integer=True, nonnegative=True) + max(floors.get(v, 0), SIZE_FLOOR)
-               for v in expr.free_symbols if v.is_positive is True}
-    return sympy.expand(expr.xreplace(shifted)).is_nonnegative is True
-
-
-def known_le(a: sympy.Expr | int, b: sympy.Expr | int, floors: Mapping[sympy.Symbol, int] | None = None) -> bool:
-    """``a <= b`` for every value of the symbols (for ints, the comparison itself); ``floors``
-    as in ``known_nonneg``."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a <= b
-    return known_nonneg(sympy.sympify(b) - sympy.sympify(a), floors)
-
-
-def _quotient(term: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
-    """``term / b`` where that is a polynomial with integer coefficients, else None."""
-    q = sympy.cancel(term / b)
-    if sympy.fraction(q)[1] != 1:
-        return None
-    q = sympy.expand(q)
-    return q if all(c.is_Integer for c in q.as_coefficients_dict().values()) else None
+# A divisor or modulus may be a product of Dynamo's size symbols and a positive constant
+# (``is_size``); the proofs (``known_nonneg``, ``known_le``, ``quotient``) are in
+# ``indexing_symbolic`` and hold for any value the symbols take.
 
 
 def _split_by_size(expr: sympy.Expr, b: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
     whole: sympy.Expr = sympy.Integer(0)
     rest: sympy.Expr = sympy.Integer(0)
     for term in expr.args:
-        q = _quotient(term, b)
+        q = quotient(term, b)
         if q is None:
             rest += term
         else:
@@ -179,7 +144,7 @@ def _floor_div_by_size(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
         if whole != 0:
             return whole + FloorDiv(rest, b)
         return None
-    return _quotient(a, b)
+    return quotient(a, b)
 
 
 def _mod_by_size(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
@@ -187,12 +152,12 @@ def _mod_by_size(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
         raise ValueError(f"ModIdx needs a positive modulus of constants and size symbols, got {b}")
     if a.is_Integer:
         return a if known_nonneg(a) and known_le(a + 1, b) else None
-    if isinstance(a, ModIdx) and _quotient(a.args[1], b) is not None:
+    if isinstance(a, ModIdx) and _divides(b, a.args[1]):
         return ModIdx(a.args[0], b)
     if a.is_Add:
         whole, rest = _split_by_size(a, b)
         return ModIdx(rest, b) if whole != 0 else None
-    return sympy.Integer(0) if _quotient(a, b) is not None else None
+    return sympy.Integer(0) if quotient(a, b) is not None else None
 
 
 class Clamp(sympy.Function):
@@ -225,12 +190,18 @@ def _split_multiples(expr: sympy.Expr, b: int) -> tuple[sympy.Expr, sympy.Expr]:
     return whole, rest
 
 
-def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
+class UnknownSign(TypeError):
+    """``bounds`` of a product over symbolic sizes whose factors' signs are not proven: no
+    interval without ``Min``/``Max`` of expressions. ``simplify`` keeps such a division."""
+
+
+def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[Size, Size]:
     """An interval [lo, hi] holding every value of ``expr`` over the variable ranges.
 
     With symbolic sizes (a range, or a divisor, that is an expression in Dynamo's size symbols;
-    a size symbol standing alone is one value per call) the bounds are expressions; a product
-    whose factors' signs are not known raises TypeError."""
+    an expression in size symbols alone is one value per call) the bounds are expressions valid
+    for every value of the symbols; a product whose factors' signs are not known raises
+    UnknownSign. Integer ranges and divisors give ints."""
     if expr.is_Integer:
         return int(expr), int(expr)
     if expr.is_Symbol:
@@ -257,7 +228,7 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
         negative = [k for k, (a, b) in enumerate(parts) if _is_int(a) and a == b and a < 0]
         rest = [p for k, p in enumerate(parts) if k not in negative[:1]]
         if len(negative) > 1 or not all(known_nonneg(a) for a, _ in rest):
-            raise TypeError(f"bounds of a symbolic product with factors of unknown sign: {expr!r}")
+            raise UnknownSign(f"bounds of a symbolic product with factors of unknown sign: {expr!r}")
         lo, hi = sympy.Mul(*(a for a, _ in rest)), sympy.Mul(*(b for _, b in rest))
         if negative:
             c = parts[negative[0]][0]
@@ -285,6 +256,8 @@ def bounds(expr: sympy.Expr, ranges: Ranges) -> tuple[int, int]:
         if _is_int(a) and _is_int(b):
             return min(max(a, lo), hi), min(max(b, lo), hi)
         return lo, hi  # within the clamp's own bounds, whatever its operand
+    if expr.free_symbols and all(s.is_positive is True and s not in ranges for s in expr.free_symbols):
+        return expr, expr  # sizes alone (``s0**2``): one value per call
     raise TypeError(f"unsupported index expression {expr!r}")
 
 
@@ -306,29 +279,31 @@ def simplify(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
 # ranges, remembered. Sympy expressions are immutable and compare structurally, so an equal key
 # gives the expression computed the first time, which prints the same.
 @functools.lru_cache(maxsize=1 << 16)
-def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, int], ...]) -> sympy.Expr:
+def _simplify(expr: sympy.Expr, range_items: tuple[tuple[sympy.Symbol, Size], ...]) -> sympy.Expr:
     ranges = dict(range_items)
     args = [simplify(a, ranges) for a in expr.args]
     if isinstance(expr, (FloorDiv, ModIdx)):
         inner, d = args
-        lo, hi = bounds(inner, ranges)
+        try:
+            lo, hi = bounds(inner, ranges)
+        except UnknownSign:  # nothing is proven about the operand: the division stays
+            return expr.func(inner, d)
         if known_nonneg(lo) and known_le(hi + 1, d):  # below its divisor
             return sympy.Integer(0) if isinstance(expr, FloorDiv) else inner
-        # a symbolic divisor (a size) keeps its division; a constant one may split off small terms
-        split = _split_small(inner, int(d), ranges) if d.is_Integer else None
+        split = _split_small(inner, d, ranges)
         if split is None:
             return expr.func(inner, d)
-        big, small, c = split
+        big, small, c, k = split
         if isinstance(expr, FloorDiv):  # (c*a + s) // (c*k) == a // k when 0 <= s < c
-            return simplify(FloorDiv(big, int(d) // c), ranges)
-        return c * simplify(ModIdx(big, int(d) // c), ranges) + small  # (c*a + s) % (c*k) == c*(a % k) + s
+            return simplify(FloorDiv(big, k), ranges)
+        return c * simplify(ModIdx(big, k), ranges) + small  # (c*a + s) % (c*k) == c*(a % k) + s
     if isinstance(expr, Clamp):
         inner, lo, hi = args[0], int(args[1]), int(args[2])
-        a, b = bounds(inner, ranges)
-        if lo <= a and b <= hi:
+        a, b = bounds(inner, ranges)  # expressions where the ranges are: decided by proofs
+        if known_le(lo, a) and known_le(b, hi):
             return inner
-        if b <= lo or a >= hi:  # always clamped to the same bound
-            return sympy.Integer(lo if b <= lo else hi)
+        if known_le(b, lo) or known_le(hi, a):  # always clamped to the same bound
+            return sympy.Integer(lo if known_le(b, lo) else hi)
         return Clamp(inner, lo, hi)
     rebuilt = expr.func(*args)
     if rebuilt.is_Add:
@@ -351,29 +326,45 @@ def _simplify_at(expr: sympy.Expr, subst_items: tuple[tuple[sympy.Symbol, sympy.
     return simplify(expr.xreplace(dict(subst_items)), dict(range_items))
 
 
-def _split_small(expr: sympy.Expr, d: int, ranges: Ranges) -> tuple[sympy.Expr, sympy.Expr, int] | None:
-    """Write a sum as ``c*big + small`` with ``c`` dividing ``d`` and ``0 <= small < c``.
+def _split_small(expr: sympy.Expr, d: sympy.Expr, ranges: Ranges) -> tuple[sympy.Expr, sympy.Expr, Size, Size] | None:
+    """Write a sum as ``c*big + small`` with ``c*k == d`` and ``0 <= small < c``.
 
-    Returns (big, small, c) for the largest such ``c`` > 1 the terms' coefficients allow, or None.
-    A tiled kernel's flat index ``65536*x_outer + 1024*y_index + x_inner`` divided by 1048576, say,
-    is ``x_outer // 16``: the other terms never reach a multiple of 65536.
+    Returns (big, small, c, k) for the largest such ``c`` > 1 the terms' coefficients allow, or
+    None. A tiled kernel's flat index ``65536*x_outer + 1024*y_index + x_inner`` divided by
+    1048576, say, is ``x_outer // 16``: the other terms never reach a multiple of 65536. A
+    symbolic ``d`` splits at a factor it shares with a term (``common_factors``): a [rows, 64]
+    iteration over a [2, s0, 64] buffer unravels ``(64*y + r) // (64*s0)`` to ``y // s0``.
     """
     if not expr.is_Add:
         return None
-    terms = [t.as_coeff_Mul() for t in expr.args]
-    candidates = sorted({math.gcd(d, int(c)) for c, _ in terms if c.is_Integer}, reverse=True)
-    for c in candidates:
-        if c <= 1:
-            break
-        big = [(int(k) // c) * f for k, f in terms if k.is_Integer and int(k) % c == 0]
-        small = [k * f for k, f in terms if not (k.is_Integer and int(k) % c == 0)]
+    for c, big, small in _splits(expr.args, d):
         if not small:
             continue  # FloorDiv/ModIdx's own eval already divides whole multiples out
         rest = sympy.Add(*small)
-        lo, hi = bounds(rest, ranges)
+        try:
+            lo, hi = bounds(rest, ranges)
+        except UnknownSign:
+            continue
         if known_nonneg(lo) and known_le(hi + 1, c):
-            return sympy.Add(*big), rest, c
+            return sympy.Add(*big), rest, c, int(d) // c if d.is_Integer else quotient(d, c)
     return None
+
+
+def _splits(terms: tuple[sympy.Expr, ...], d: sympy.Expr) -> Iterator[tuple[Size, list[sympy.Expr], list[sympy.Expr]]]:
+    """Each ``c`` for ``_split_small``, largest first, with the terms it divides (divided by it)
+    and the others. A constant ``d`` takes the gcds with the terms' constant coefficients."""
+    if not d.is_Integer:
+        for c in common_factors(terms, d):
+            quotients = [quotient(t, c) for t in terms]
+            yield c, [q for q in quotients if q is not None], [t for t, q in zip(terms, quotients) if q is None]
+        return
+    coeffs = [t.as_coeff_Mul() for t in terms]
+    for c in sorted({math.gcd(int(d), int(k)) for k, _ in coeffs if k.is_Integer}, reverse=True):
+        if c <= 1:
+            return
+        divides = [k.is_Integer and int(k) % c == 0 for k, _ in coeffs]
+        yield (c, [(int(k) // c) * f for (k, f), ok in zip(coeffs, divides) if ok],
+               [k * f for (k, f), ok in zip(coeffs, divides) if not ok])
 
 
 def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
@@ -383,20 +374,21 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     division by the product; repeated, this folds a whole unravel/ravel round trip. The partner
     may also divide ``ModIdx(x, M)`` for a multiple ``M`` of ``a*m`` (the mod that ``ModIdx``'s own
     rules dropped from inside the first term): ``c*ModIdx(FloorDiv(x, a), m) +
-    c*m*FloorDiv(ModIdx(x, M), a*m)`` is ``c*FloorDiv(ModIdx(x, M), a)``.
+    c*m*FloorDiv(ModIdx(x, M), a*m)`` is ``c*FloorDiv(ModIdx(x, M), a)``. With symbolic sizes
+    ``c``, ``m``, ``a`` and ``M`` may be products of size symbols (a pair matches by structure, ``M``
+    a multiple of ``a*m`` by ``quotient``).
     """
     changed = True
     while changed and expr.is_Add:
         changed = False
         terms = list(expr.args)
         for i, term in enumerate(terms):
-            coeff, mod = _coeff_and_mod(term)
+            coeff, mod = _coeff_and(term, ModIdx)
             if mod is None:
                 continue
             y, m = mod.args[0], mod.args[1]
             base, div = (y.args[0], y.args[1]) if isinstance(y, FloorDiv) else (y, sympy.Integer(1))
             partner = FloorDiv(base, div * m)
-            constant = m.is_Integer and div.is_Integer
             target = coeff * m * partner
             for j, other in enumerate(terms):
                 if j == i:
@@ -404,12 +396,12 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
                 folded = None
                 if other == target:
                     folded = y
-                elif constant:
-                    ocoeff, ofac = other.as_coeff_Mul()
-                    if (ocoeff == coeff * m and isinstance(ofac, FloorDiv) and ofac.args[1] == div * m
+                else:
+                    ocoeff, ofac = _coeff_and(other, FloorDiv)
+                    if (ofac is not None and ocoeff == coeff * m and ofac.args[1] == div * m
                             and isinstance(ofac.args[0], ModIdx) and ofac.args[0].args[0] == base
-                            and ofac.args[0].args[1].is_Integer and int(ofac.args[0].args[1]) % int(div * m) == 0):
-                        folded = FloorDiv(ofac.args[0], div) if div > 1 else ofac.args[0]
+                            and _divides(div * m, ofac.args[0].args[1])):
+                        folded = FloorDiv(ofac.args[0], div)  # ModIdx(x, M) itself where div is 1
                 if folded is not None:
                     rest = [t for k, t in enumerate(terms) if k not in (i, j)]
                     expr = sympy.Add(coeff * folded, *rest)
@@ -420,20 +412,28 @@ def _fold_div_mod(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
     return expr
 
 
-def _coeff_and_mod(term: sympy.Expr) -> tuple[sympy.Expr, ModIdx | None]:
-    """A term ``c * ModIdx(...)`` as (c, the ModIdx), ``c`` a number or a product with size
+def _coeff_and(term: sympy.Expr, func: type[sympy.Function]) -> tuple[sympy.Expr, sympy.Function | None]:
+    """A term ``c * func(...)`` as (c, the call), ``c`` a number or a product with size
     symbols; (term, None) for any other term."""
     coeff, factor = term.as_coeff_Mul()
-    if isinstance(factor, ModIdx):
+    if isinstance(factor, func):
         return coeff, factor
     if term.is_Mul:
-        mods = [f for f in term.args if isinstance(f, ModIdx)]
-        if len(mods) == 1 and all(f.is_Number or f.is_positive is True for f in term.args if f is not mods[0]):
-            return term / mods[0], mods[0]
+        calls = [f for f in term.args if isinstance(f, func)]
+        if len(calls) == 1 and all(f.is_Number or f.is_positive is True for f in term.args if f is not calls[0]):
+            return term / calls[0], calls[0]
     return term, None
 
 
-def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) -> sympy.Expr:
+def _divides(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Whether ``b`` is a multiple of ``a``: by ints where both are constants (the common case,
+    without sympy's cancel), else for every value of the symbols."""
+    if a.is_Integer and b.is_Integer:
+        return int(b) % int(a) == 0
+    return quotient(b, a) is not None
+
+
+def ravel(index: Sequence[sympy.Expr], strides: Sequence[Size], offset: Size = 0) -> sympy.Expr:
     """The storage offset of a strided access."""
     return _ravel(tuple(index), tuple(strides), offset)
 
@@ -442,30 +442,35 @@ def ravel(index: Sequence[sympy.Expr], strides: Sequence[int], offset: int = 0) 
 # every candidate kernel the scheduler proves: sympy's arithmetic is the cost, the result the
 # same for the same operands.
 @functools.lru_cache(maxsize=1 << 16)
-def _ravel(index: tuple[sympy.Expr, ...], strides: tuple[int, ...], offset: int) -> sympy.Expr:
+def _ravel(index: tuple[sympy.Expr, ...], strides: tuple[Size, ...], offset: Size) -> sympy.Expr:
     total: sympy.Expr = sympy.sympify(offset)
     for i, s in zip(index, strides):
         total += sympy.sympify(s) * i
     return total
 
 
-def unravel(flat: sympy.Expr, sizes: Sequence[int], strides: Sequence[int]) -> list[sympy.Expr]:
+def unravel(flat: sympy.Expr, sizes: Sequence[Size], strides: Sequence[Size]) -> list[sympy.Expr]:
     """The per-dimension index of a storage offset into a dense (possibly permuted) layout.
 
     Valid when the layout is non-overlapping and dense: each dimension's stride is the product of
-    the sizes of the dimensions that vary faster than it.
+    the sizes of the dimensions that vary faster than it. Symbolic sizes and strides must be
+    valid divisors (``is_size``); a size symbol is at least 2, never a size-1 dim.
     """
     out: list[sympy.Expr] = []
     for size, stride in zip(sizes, strides):
-        if _is_int(size) and size <= 1:  # a size-1 dim is always 0; a size-0 one is never reached
+        if known_le(size, 1):  # a size-1 dim is always 0; a size-0 one is never reached
             out.append(sympy.Integer(0))
         else:
             out.append(ModIdx(FloorDiv(flat, stride), size))
     return out
 
 
-def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
-    """Non-overlapping and dense: some permutation of the dims is contiguous."""
+def is_dense(sizes: Sequence[Size], strides: Sequence[Size]) -> bool:
+    """Non-overlapping and dense: some permutation of the dims is contiguous. With symbolic
+    sizes or strides, for every value of the symbols, decided by structure
+    (``dense_by_structure``): a layout not proven dense is reported not dense."""
+    if not all(_is_int(v) for v in (*sizes, *strides)):
+        return dense_by_structure(sizes, strides)
     dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz != 1)
     expected = 1
     for st, sz in dims:
@@ -475,17 +480,22 @@ def is_dense(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
-def dense_order(sizes: Sequence[int], strides: Sequence[int]) -> list[int]:
-    """Dimensions from slowest to fastest varying in memory (ties keep the logical order)."""
+def dense_order(sizes: Sequence[Size], strides: Sequence[Size]) -> list[int]:
+    """Dimensions from slowest to fastest varying in memory (ties keep the logical order).
+    Symbolic strides are ordered where proven (``order_by_stride``)."""
+    if not all(_is_int(s) for s in strides):
+        return order_by_stride(strides)
     return sorted(range(len(sizes)), key=lambda d: (-strides[d], d))
 
 
-def contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+def contiguous_strides(sizes: Sequence[Size]) -> tuple[Size, ...]:
+    """Row-major strides; a size-0 dim strides as 1. Symbolic sizes give products of them
+    (``[s0, s1, 64]``: ``(64*s1, 64, 1)``)."""
     strides = []
     acc = 1
     for size in reversed(sizes):
         strides.append(acc)
-        acc *= max(size, 1)
+        acc *= max(size, 1) if _is_int(size) else at_least_one(size)
     return tuple(reversed(strides))
 
 
@@ -508,6 +518,13 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
         return f"({self._operand(expr.args[0])} % {self._divisor(expr.args[1])})"
+
+    def _print_Pow(self, expr: sympy.Pow, rational: bool = False) -> str:
+        # a product of sizes (s0*s0*64): Triton has no ** on integers
+        base, exp = expr.args
+        if not (exp.is_Integer and exp > 0):
+            raise ValueError(f"index {expr}: not a product of sizes")
+        return "*".join([self._operand(base) if not base.is_Atom else self._print(base)] * int(exp))
 
     def _print_Clamp(self, expr: Clamp) -> str:
         # Selects, not tl.minimum/tl.maximum: Triton 3.6 compiled the bilinear upsampling of a
@@ -535,16 +552,15 @@ def block_aligned(expr: sympy.Expr, blocks: Mapping[sympy.Symbol, tuple[int, sym
     the same quotient, ``xindex // d == xoffset // d`` and ``xindex % d == xindex - d *
     (xoffset // d)``. A split reduction's ``(xindex // C, xindex % C)`` (split, channel) becomes
     a scalar and a contiguous block, which Triton vectorizes without the hints of
-    ``window_arithmetic``."""
+    ``window_arithmetic``. A symbolic ``d`` is taken where it is a multiple of the block's size
+    for every value of the symbols (``64*s0`` for a block of 64), else left alone."""
     swaps: dict[sympy.Expr, sympy.Expr] = {}
     for e in expr.atoms(FloorDiv, ModIdx):
-        if not e.args[1].is_Integer:
+        v, d = e.args
+        if v not in blocks or not _divides(sympy.Integer(blocks[v][0]), d):
             continue
-        v, d = e.args[0], int(e.args[1])
-        if v not in blocks or d % blocks[v][0]:
-            continue
-        quotient = FloorDiv(blocks[v][1], d)
-        swaps[e] = quotient if isinstance(e, FloorDiv) else v - d * quotient
+        start = FloorDiv(blocks[v][1], d)
+        swaps[e] = start if isinstance(e, FloorDiv) else v - d * start
     return expr.xreplace(swaps) if swaps else expr
 
 
