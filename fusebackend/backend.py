@@ -27,7 +27,7 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import aot_cache, cudagraphs, metrics, symbolic
+from fusebackend import aot_cache, cudagraphs, metrics, sizevars, symbolic
 from fusebackend.config import config
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.modes import Mode
@@ -80,6 +80,8 @@ class FusedGraph:
         self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
         self.autotune = autotune
+        self.symbolic_tried = False  # config.symbolic: one compile for all sizes was attempted
+        self.symbolic_entry: _Entry | None = None  # and made: it serves each signature that fits
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -110,13 +112,32 @@ class FusedGraph:
         """Count this graph's compiles for more than one input signature; warn once at
         ``config.specialization_warning`` of them (a server whose sizes change with every
         request would otherwise compile without end, silently)."""
-        count = len(self.cache)
+        count = len({id(entry) for entry in self.cache.values()})  # a compile for all sizes counts once
         names = symbolic.symbols(self.gm)  # the graph's traced values keep their symbols (lowering adds no guard)
         metrics.specialized[self.name] = (count, names)
         if count == config.specialization_warning:
             symbols = f" (its sizes {', '.join(names)} are symbolic in Dynamo's graph)" if names else ""
             warnings.warn(f"fusebackend: graph {self.name} has been compiled for {count} input shapes{symbols}; "
                           "fuse compiles a graph once per shape (metrics.specialized counts them)", stacklevel=4)
+
+    def _compile_symbolic(self, args: list[Any]) -> None:
+        """Try one compile for every size of a graph whose sizes Dynamo made symbolic
+        (``config.symbolic``), once: it then serves every call whose inputs have the traced
+        sizes, strides and dtypes at some value of the symbols (``symbolic.fits``). Where it
+        cannot be made, ``metrics.not_symbolic`` says why and the graph is compiled per shape."""
+        self.symbolic_tried = True
+        if not symbolic.symbols(self.gm):
+            return
+        try:
+            compiled = compile_graph(lambda: self.gm, args, self.name, self.user_outputs, self.digest, self.autotune,
+                                     symbolic_sizes=True)
+            self.symbolic_entry = _Entry(compiled.call, False)
+        except sizevars.NotSymbolic as exc:
+            metrics.not_symbolic[self.name] = str(exc)
+        except Exception as exc:  # a fault of the symbolic track: said, and the graph compiled per shape
+            metrics.not_symbolic[self.name] = f"failed: {type(exc).__name__}: {exc}"
+            warnings.warn(f"fusebackend: the symbolic compile of graph {self.name} failed ({type(exc).__name__}: "
+                          f"{exc}); it is compiled per shape", stacklevel=3)
 
     def __call__(self, *call_args: Any) -> Any:
         # AOTAutograd calls boxed (one list it lets us clear) or, through some wrappers, unboxed.
@@ -126,6 +147,11 @@ class FusedGraph:
             return fast[1].call(args)
         key = input_key(args)
         entry = self.cache.get(key)
+        if entry is None:
+            if config.symbolic and not self.symbolic_tried:
+                self._compile_symbolic(args)
+        if entry is None and self.symbolic_entry is not None and symbolic.fits(self.gm, args):
+            entry = self.cache[key] = self.symbolic_entry
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""

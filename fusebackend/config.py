@@ -59,6 +59,10 @@ class Config:
     specialization_warning: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_SPECIALIZATION_WARNING", 8)
     )
+    # FUSE_SYMBOLIC: 1 compiles a graph whose sizes Dynamo made symbolic once for all of its sizes
+    # where fuse can (issue 15, in progress: ``sizevars.py``); where it cannot, the reason is in
+    # ``metrics.not_symbolic`` and the graph is compiled once per shape, as with 0 (the default).
+    symbolic: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_SYMBOLIC", 0) != 0)
     # FUSE_MAX_FUSION_SIZE: most IR nodes one kernel may hold.
     max_fusion_size: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_MAX_FUSION_SIZE", 64)

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence, Union
 import sympy
 import torch
 
-from fusebackend import indexing
+from fusebackend import indexing, sizevars
 from fusebackend.expr import (  # noqa: F401  (re-exported: the IR's expressions are ir.Load, ir.op...)
     FLOAT_DTYPES, KERNEL_DTYPES, OP_ARITY, Constant, Expr, IndexValue, IndirectLoad, Load, Op, Rendered,
     _convert_scalar, _fold_table, affine_index, cast, compute_dtype, dtype_name, fold, format_expr, loads, map_expr, op,
@@ -86,7 +86,8 @@ class View:
     def distinct_elements(self) -> int:
         """Elements of storage this view touches (broadcast dims count once)."""
         n = math.prod(s for s, st in zip(self.sizes, self.strides) if st != 0)
-        return min(n, self.buffer.numel) if self.numel else 0
+        # with symbolic sizes, at the hints: a figure for the cost model (sizevars.size_hint)
+        return min(sizevars.size_hint(n), sizevars.size_hint(self.buffer.numel)) if self.numel else 0
 
     def __str__(self) -> str:
         if self.is_whole():
@@ -307,7 +308,8 @@ def storage_numel(buf: Buffer) -> int:
     """Elements of memory a buffer spans: from its first element to its last, plus one."""
     if any(s == 0 for s in buf.sizes):
         return 0
-    return 1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))
+    n = 1 + sum((n - 1) * abs(s) for n, s in zip(buf.sizes, buf.strides))
+    return n if isinstance(n, int) else sympy.expand(n)  # symbolic: one form for equal sizes
 
 
 def may_alias_arguments(node: Extern) -> bool:
@@ -370,6 +372,8 @@ class IRGraph:
     # ``device="cpu"`` in a CUDA graph, as an index made by ``torch.arange`` can be): the wrapper
     # moves one to the graph's device before a kernel reads it
     foreign: frozenset[str] = frozenset()
+    # symbolic sizes (issue 15): Dynamo's shape environment, whose ranges prove facts about them
+    shape_env: Any = None
 
     def producers(self) -> dict[str, Node]:
         return {b.name: n for n in self.nodes for b in written_buffers(n)}
@@ -432,7 +436,7 @@ def verify(graph: IRGraph) -> None:
         for view in node.reads():
             b = view.buffer
             assert defined.get(b.name) == b, f"{_name(node)} reads {b.name} before it is written"
-            _check_view(view)
+            _check_view(view, graph.shape_env)
         if isinstance(node, Scatter):
             _verify_scatter(graph, node)
         if isinstance(node, (Pointwise, Reduction, Scan)):
@@ -520,13 +524,15 @@ def _verify_scatter(graph: IRGraph, node: Scatter) -> None:
             assert 0 <= lo and hi < size, f"{node.name}: an iterated position leaves its dim"
 
 
-def _check_view(view: View) -> None:
+def _check_view(view: View, shape_env: Any = None) -> None:
     if view.numel == 0:
         return
     last = view.offset + sum((s - 1) * st for s, st in zip(view.sizes, view.strides))
     b = view.buffer
     base_last = sum((s - 1) * st for s, st in zip(b.sizes, b.strides))
-    assert view.offset >= 0 and last <= base_last, f"view {view} reaches outside {b.name}"
+    # over symbolic sizes, proven for every value the symbols may take (sizevars.known_le)
+    assert sizevars.known_le(0, view.offset, shape_env) and sizevars.known_le(last, base_last, shape_env), (
+        f"view {view} reaches outside {b.name}")
 
 
 def _name(node: Node) -> str:

@@ -25,6 +25,8 @@
 - ``specialized``: each graph compiled for more than one input signature, by name: how many
   it was compiled for, and the symbols of its sizes where Dynamo gave them (``symbolic.py``).
   fuse compiles a graph with symbolic sizes once per concrete shape;
+- ``not_symbolic``: with ``config.symbolic``, each graph with symbolic sizes that could not be
+  compiled for all of them, by name, and the first reason (``sizevars.NotSymbolic``);
 - ``uncaptured``: in ``mode="reduce-overhead"``, each graph that runs without a CUDA graph, by
   name, and why (``cudagraphs.py``); the CUDA graph trees log the graphs they decline at run
   time (an input written in place that is not a parameter or buffer) themselves.
@@ -53,6 +55,7 @@ warm_stage_seconds: collections.Counter[str] = collections.Counter()
 slow_launches: collections.Counter[str] = collections.Counter()
 uncaptured: dict[str, str] = {}
 specialized: dict[str, tuple[int, tuple[str, ...]]] = {}
+not_symbolic: dict[str, str] = {}
 
 
 def reset() -> None:
@@ -71,6 +74,7 @@ def reset() -> None:
     slow_launches.clear()
     uncaptured.clear()
     specialized.clear()
+    not_symbolic.clear()
     inner, backend = _dynamo_times()
     _dynamo_seen[:] = [len(inner), len(backend)]  # frames compiled before are not counted
 
@@ -140,6 +144,8 @@ def summary() -> str:
         lines.append("compiled per shape: " + ", ".join(
             f"{name} x{count}" + (f" (sizes {', '.join(syms)} symbolic)" if syms else "")
             for name, (count, syms) in specialized.items()))
+    if not_symbolic:
+        lines.append("not symbolic:       " + "; ".join(f"{name}: {why}" for name, why in not_symbolic.items()))
     if stage_seconds:
         lines.append("compile seconds:    " + ", ".join(f"{k} {v:.3f}" for k, v in stage_seconds.items()))
     for label, stages in (("  compiled here:   ", cold_stage_seconds), ("  from the cache:  ", warm_stage_seconds)):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler
+from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler, sizevars, symbolic
 from fusebackend.config import config, use_interpreter
 from fusebackend.kernels import autotune, precompile, runtime
 
@@ -20,7 +20,8 @@ class CompiledGraph:
 
 
 def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule], args: Sequence[Any], name: str,
-                  user_outputs: int | None = None, digest: str | None = None, autotune: bool = False) -> CompiledGraph:
+                  user_outputs: int | None = None, digest: str | None = None, autotune: bool = False,
+                  symbolic_sizes: bool = False) -> CompiledGraph:
     """Compile ``gm`` for the concrete metadata of ``args`` (tensors and ints); the first
     ``user_outputs`` outputs (all where None) are the user's, in eager's layouts. A graph compiled
     before, by this process or another, is loaded from the on-disk cache (``cache.py``).
@@ -28,10 +29,15 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     ``gm`` may be a function that returns the graph, and ``digest`` its ``cache.module_digest``
     (a graph from AOTAutograd's cache, ``aot_cache.py``): the graph is then only made where it
     is lowered or checked, not for a hit. ``autotune``: kernels carry other launch configurations
-    and keep the fastest at their first call (``mode="max-autotune"``, ``kernels/autotune.py``)."""
+    and keep the fastest at their first call (``mode="max-autotune"``, ``kernels/autotune.py``).
+    ``symbolic_sizes``: for every value of the graph's symbolic sizes, ``args`` giving one (issue 15);
+    raises ``sizevars.NotSymbolic`` where it cannot be (``lowering/symbolic_sizes.py``)."""
+    if symbolic_sizes and autotune:
+        raise sizevars.NotSymbolic("max-autotune times each kernel's launch configurations at one size")
     seconds: dict[str, float] = {}
     with metrics.timed("cache", seconds):  # the key, and the entry under it if there is one
-        key = cache.key_or_none(digest or _module(gm), args, user_outputs, autotune) if config.graph_cache else None
+        key = cache.key_or_none(digest or _module(gm), args, user_outputs, autotune,
+                                symbolic_sizes) if config.graph_cache else None
         entry = cache.load(key) if key is not None else None
     if entry is not None:
         try:
@@ -46,17 +52,19 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     fallbacks_before = collections.Counter(metrics.fallbacks)
     # the processes that compile kernels start (importing Triton) while this graph is lowered
     precompile.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
-    with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
-        gm = _module(gm)
-        graph, moved = lowering.lower(gm, args, name, user_outputs)
-    _check_device(graph.device)
-    with metrics.timed("verify", seconds):  # the IR's invariants
-        ir.verify(graph)
-    with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
-        sched = scheduler.schedule(graph)
-    with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
-        kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device), tune=autotune)
-        wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)
+    # heuristics read symbolic sizes at this call's (sizevars.size_hint)
+    with sizevars.hinted(symbolic.binding(_module(gm), args) if symbolic_sizes else {}):
+        with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
+            gm = _module(gm)
+            graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes)
+        _check_device(graph.device)
+        with metrics.timed("verify", seconds):  # the IR's invariants
+            ir.verify(graph)
+        with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
+            sched = scheduler.schedule(graph)
+        with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
+            kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device), tune=autotune)
+            wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)
     dtypes = _buffer_dtypes(graph)
     entry = cache.Entry(
         name=name,
@@ -144,9 +152,10 @@ def _load(entry: cache.Entry, name: str, artifacts: dump.CompiledArtifacts) -> t
             launchers += [(launcher, k.arg_dtypes, k.sizes) for launcher in loaded]
             continue
         kernel = runtime.load_kernel(k.name, k.source)
-        launcher = runtime.Launcher(kernel, k.grid, k.launch, vars(module), k.name)
+        per_call = not isinstance(k.grid, int)  # over symbolic sizes: each call's grid (not precompiled)
+        launcher = runtime.Launcher(kernel, None if per_call else k.grid, k.launch, vars(module), k.name)
         setattr(module, k.name, launcher)
-        if k.grid:
+        if k.grid and not per_call:
             launchers.append((launcher, k.arg_dtypes, k.sizes))
     for cname, value in entry.constants.items():
         setattr(module, cname, value)

@@ -13,19 +13,26 @@ the bridge, and the rules of the README's plan for symbolic compilation:
   Polynomials in the symbols, and divisions and remainders by a constant or a product of
   symbols; anything else raises ``NotSymbolic``, which sends the graph back to one compile per
   shape.
+- ``layout`` and ``dense_strides``: a traced tensor's sizes and strides so converted, and the
+  strides that lay symbolic sizes out in the order a meta function chose at the hints.
 - ``hint``: an expression's value at the sizes of the call being compiled. Heuristics (block
-  sizes, the cost model) may decide by it; correctness decisions may not.
+  sizes, the cost model, the memory plan's peak) may decide by it; correctness decisions may
+  not. ``size_hint`` reads it for the graph being compiled (``hinted``, which the pipeline holds
+  around lowering, scheduling and code generation), so that those figures stay ints.
 - ``known_le`` and ``known_true``: proofs for every value the symbols may take, never a guard:
-  the symbols' ranges in the shape environment (at least 2, and any bound Dynamo guarded), and
-  the positive assumptions where the environment is not at hand.
+  the symbols' ranges in the shape environment (at least 2, and any bound Dynamo guarded, which
+  PyTorch's ``bound_sympy`` applies), and the positive assumptions where the environment is not
+  at hand.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, Iterator, Mapping, Sequence
 
 import sympy
 import torch
+from torch.utils import _pytree as pytree
 from torch.utils._sympy import functions as torch_functions
 
 from fusebackend import indexing
@@ -78,14 +85,88 @@ def _divisor(whole: sympy.Expr, divisor: sympy.Expr) -> sympy.Expr:
     raise NotSymbolic(f"size {whole}: divides by {divisor}, neither a positive constant nor a product of sizes")
 
 
+def shape_env_of(gm: Any) -> Any:
+    """The shape environment of a graph's traced values (Dynamo's), or None."""
+    for node in gm.graph.nodes:
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(value, torch.SymInt):
+                return value.node.shape_env
+            mode = getattr(value, "fake_mode", None)
+            if mode is not None and getattr(mode, "shape_env", None) is not None:
+                return mode.shape_env
+    return None
+
+
+def layout(value: Any) -> tuple[tuple[sympy.Expr, ...], tuple[sympy.Expr, ...]]:
+    """A traced tensor's (``node.meta["val"]``) sizes and strides as fuse's expressions."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        raise NotSymbolic(f"no traced strided tensor to read sizes from ({type(value).__name__})")
+    return tuple(to_sympy(s) for s in value.shape), tuple(to_sympy(s) for s in value.stride())
+
+
+def dense_strides(sizes: Sequence[sympy.Expr], like: Sequence[int],
+                  bound: Mapping[sympy.Symbol, int]) -> tuple[sympy.Expr, ...]:
+    """Strides that lay ``sizes`` out in the dims' order of ``like`` (a dense layout of them at
+    the bound sizes: what ATen's meta function gave there), each the product of the sizes inside
+    it: dense for every value of the symbols. ``NotSymbolic`` where ``like`` is no such layout."""
+    order = sorted(range(len(sizes)), key=lambda d: (-like[d], d))  # slowest first, as indexing.dense_order
+    strides: list[sympy.Expr] = [sympy.Integer(1)] * len(sizes)
+    inner: sympy.Expr = sympy.Integer(1)
+    for d in reversed(order):
+        strides[d], inner = inner, inner * sizes[d]
+    if any(hint(sizes[d], bound) != 1 and hint(strides[d], bound) != like[d] for d in range(len(sizes))):
+        raise NotSymbolic(f"layout {tuple(like)} of sizes {tuple(sizes)} is not dense")
+    return tuple(strides)
+
+
+def same_layout(sizes: Sequence[int], strides: Sequence[int], others: Sequence[int]) -> bool:
+    """Whether two layouts of ``sizes`` address the same elements: equal strides, but for dims of
+    size 1 (whose index is always 0)."""
+    return len(strides) == len(others) and all(n == 1 or a == b for n, a, b in zip(sizes, strides, others))
+
+
+def symbolic(values: Sequence[Any]) -> bool:
+    """Whether any of ``values`` (sizes, strides) is an expression in size symbols."""
+    return any(getattr(v, "free_symbols", None) for v in values)
+
+
 def hint(expr: sympy.Expr | int, bound: Mapping[sympy.Symbol, int]) -> int:
     """``expr`` at the bound sizes (``symbolic.binding`` of the call being compiled)."""
     if isinstance(expr, int):
         return expr
-    value = sympy.sympify(expr).xreplace(dict(bound))
+    value = sympy.sympify(sympy.sympify(expr).xreplace(dict(bound)))  # a lone symbol becomes its int
     if not value.is_Integer:  # a function of bound symbols is evaluated by xreplace; left over: unbound
         raise NotSymbolic(f"size {expr}: {sorted(map(str, value.free_symbols))} not bound by the inputs")
     return int(value)
+
+
+_HINTS: list[Mapping[sympy.Symbol, int]] = [{}]
+
+
+@contextlib.contextmanager
+def hinted(bound: Mapping[sympy.Symbol, int]) -> Iterator[None]:
+    """Within: ``size_hint`` reads symbols at ``bound`` (the call a graph is compiled at)."""
+    _HINTS.append(bound)
+    try:
+        yield
+    finally:
+        _HINTS.pop()
+
+
+def size_hint(expr: sympy.Expr | int) -> int:
+    """``expr`` at the sizes of the graph being compiled (``hinted``), for the heuristics that
+    may decide by them (the cost model, block sizes); an int as it is."""
+    if isinstance(expr, int):
+        return expr
+    return int(expr) if getattr(expr, "is_Integer", False) else hint(expr, _HINTS[-1])
+
+
+def ceil_div(a: int | sympy.Expr, b: int) -> int | sympy.Expr:
+    """``a / b`` rounded up (a grid over ``a`` elements in blocks of ``b``), an expression of
+    fuse's where ``a`` is symbolic."""
+    if isinstance(a, int) or a.is_Integer:
+        return -(-int(a) // b)
+    return indexing.FloorDiv(a + (b - 1), b)
 
 
 def ranges(shape_env: Any) -> dict[sympy.Symbol, tuple[int, int | None]]:
@@ -104,7 +185,19 @@ def known_le(a: sympy.Expr | int, b: sympy.Expr | int, shape_env: Any = None) ->
     symbol at least its lower bound in ``shape_env`` where it is given: ``64*s0 >= 256`` is
     proven for a symbol Dynamo knows to be at least 4. Never guards."""
     floors = {s: lower for s, (lower, _) in ranges(shape_env).items()} if shape_env is not None else None
-    return indexing.known_le(a, b, floors)
+    if indexing.known_le(a, b, floors):
+        return True
+    if shape_env is None or isinstance(a, int) and isinstance(b, int):
+        return False
+    # upper bounds too (a slice up to s0 guarded s0 <= its base's size): PyTorch's value ranges
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    difference = sympy.expand(sympy.sympify(b) - sympy.sympify(a))
+    try:
+        lower = bound_sympy(difference, shape_env.var_to_range).lower
+    except Exception:  # a function of ours that PyTorch's ranges do not know (FloorDiv, ModIdx)
+        return False
+    return bool(lower.is_number and lower >= 0)
 
 
 def known_true(relation: Any, shape_env: Any) -> bool | None:

@@ -58,6 +58,32 @@ def binding(gm: torch.fx.GraphModule, args: Sequence[Any]) -> dict[sympy.Symbol,
     return bound
 
 
+def fits(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
+    """Whether ``args`` are what ``gm``'s traced inputs are at the symbols' values that ``args``
+    give (``binding``): each tensor's dtype, device type, sizes and strides, and each int. A
+    graph compiled for every value of its symbols serves such a call."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        return False
+    bound = binding(gm, args)
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            if not isinstance(arg, torch.Tensor) or (arg.dtype, arg.dim(), arg.device.type) != (
+                    val.dtype, val.dim(), val.device.type):
+                return False
+            want = concrete(val, bound)
+            if want is None or tuple(want.shape) != tuple(arg.shape) or any(
+                    n != 1 and a != b for n, a, b in zip(arg.shape, want.stride(), arg.stride())):
+                return False  # a stride of a dim of size 1 addresses nothing
+        elif isinstance(val, torch.SymInt):
+            if type(arg) is not int or _int(val, bound) != arg:
+                return False
+        elif type(arg) is not type(val) or arg != val:  # a number the graph was traced with
+            return False
+    return True
+
+
 def _bind(value: Any, actual: int, bound: dict[sympy.Symbol, int]) -> None:
     if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol):
         bound[value.node.expr] = int(actual)

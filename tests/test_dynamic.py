@@ -112,3 +112,16 @@ def test_one_warning_when_a_graph_is_compiled_for_many_shapes() -> None:
             torch.testing.assert_close(compiled(x, w), _norm_after_gelu(x, w), rtol=1e-5, atol=1e-5)
     ours = [str(r.message) for r in record if "compiled for" in str(r.message)]
     assert len(ours) == 1 and "3 input shapes" in ours[0] and "symbolic" in ours[0]
+
+
+def test_symbolic_input_layouts_must_give_the_calls_own() -> None:
+    from fusebackend import sizevars
+    from fusebackend.lowering.trace import input_layout
+
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x: x * 2, tracing_mode="symbolic")(torch.randn(4, 6))
+    node = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    (s0, s1), _ = sizevars.layout(node.meta["val"])
+    x = torch.randn(4, 6)
+    assert input_layout(node, x, {s0: 4, s1: 6}) == ((s0, s1), (s1, 1))
+    with pytest.raises(sizevars.NotSymbolic, match="traced as"):
+        input_layout(node, x.t(), {s0: 6, s1: 4})  # the same sizes at another binding, transposed

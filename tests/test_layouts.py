@@ -319,7 +319,7 @@ def test_an_extern_takes_its_traced_layout_only_for_the_inputs_it_was_traced_wit
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from fusebackend import ir
-    from fusebackend.lowering.graph import _inputs_as_traced
+    from fusebackend.lowering.trace import inputs_as_traced
     from fusebackend.lowering.values import TensorArg
 
     def fn(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -334,6 +334,6 @@ def test_an_extern_takes_its_traced_layout_only_for_the_inputs_it_was_traced_wit
         return TensorArg(ir.View(buffer, sizes, strides, 0), torch.empty_strided(sizes, strides, device="meta"))
 
     k = arg((2, 5, 4), (20, 4, 1))
-    assert _inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)), k), {})  # the transpose it was traced with
-    assert not _inputs_as_traced(traced, (arg((2, 3, 5), (15, 5, 1)), k), {})  # written contiguous instead
-    assert not _inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)),), {})  # an argument the trace lacks
+    assert inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)), k), {})  # the transpose it was traced with
+    assert not inputs_as_traced(traced, (arg((2, 3, 5), (15, 5, 1)), k), {})  # written contiguous instead
+    assert not inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)),), {})  # an argument the trace lacks

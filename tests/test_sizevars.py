@@ -36,6 +36,7 @@ def test_a_view_of_symbolic_sizes_reads_as_a_floor_division_and_the_size_dynamo_
     rows, cols = (sizevars.to_sympy(n) for n in traced["view"].shape)
     assert cols == 4 and rows == indexing.FloorDiv(s77 * s27, 4) and isinstance(rows, indexing.FloorDiv)
     assert sizevars.hint(rows, {s77: 6, s27: 8}) == 12
+    assert sizevars.hint(s77, {s77: 6}) == 6 and type(sizevars.hint(s77, {s77: 6})) is int  # a lone symbol
     assert sizevars.to_sympy(7) == 7
 
 

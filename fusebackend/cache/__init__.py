@@ -88,13 +88,18 @@ class Entry:
 
 
 def graph_key(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None,
-              autotune: bool = False) -> str:
+              autotune: bool = False, symbolic_sizes: bool = False) -> str:
     """The cache key of compiling ``gm`` for ``args`` (with autotuning candidates: ``autotune``):
-    a hex SHA-256. ``gm`` may be given by its ``module_digest``."""
+    a hex SHA-256. ``gm`` may be given by its ``module_digest``. ``symbolic_sizes``: the compile
+    for every size (issue 15), keyed by the graph's traced sizes (in its digest) and the inputs'
+    dtypes and devices, not by ``args``' sizes: a process that meets other sizes loads it."""
     h = hashlib.sha256()
     add = _adder(h)
     add(MAGIC, options_digest(), user_outputs, autotune)
-    add(input_key(args))
+    if symbolic_sizes:
+        add("symbolic", tuple((a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args))
+    else:
+        add(input_key(args))
     for device in sorted({str(a.device) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"}):
         add(device, _device_facts(device))
     add(gm if isinstance(gm, str) else module_digest(gm))
@@ -127,11 +132,11 @@ def options_digest() -> str:
 
 
 def key_or_none(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs: int | None,
-                autotune: bool = False) -> str | None:
+                autotune: bool = False, symbolic_sizes: bool = False) -> str | None:
     """``graph_key``, or None where a value of the graph cannot be keyed (an attribute of a kind
     never seen): the graph is then compiled and not cached, never failed for it."""
     try:
-        return graph_key(gm, args, user_outputs, autotune)
+        return graph_key(gm, args, user_outputs, autotune, symbolic_sizes)
     except Exception:
         return None
 

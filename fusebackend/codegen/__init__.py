@@ -83,7 +83,7 @@ def generate_all(schedule: Schedule, pdl: bool = False, tune: bool = False) -> l
                 v for v in variants if v is not None and (v.args, v.in_place) == (source.args, source.in_place)
                 and (v.source, v.launch) != (source.source, source.launch)))
         kernels.append(source)
-        after_kernel = after_kernel or source.grid > 0  # an empty kernel launches nothing
+        after_kernel = after_kernel or source.grid != 0  # an empty kernel launches nothing
     return kernels
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Any, Sequence
 
 import sympy
 import torch
@@ -85,6 +86,10 @@ class KernelBody:
         self.producers = {n.name: n for n in plan.nodes}
         self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
         self.max_offset = 0
+        # symbolic sizes (issue 15): the size symbols the kernel's indices use (its parameters
+        # after the extents), and whether an offset's bound is symbolic (its indices are int64)
+        self.size_symbols: set[sympy.Symbol] = set()
+        self.symbolic_offsets = False
         self.exact = exact  # dims whose blocks tile the extent exactly: no mask
         self.eviction: str | None = None  # L2 hint for loads that vary along rows and positions
         self.x_symbols = frozenset({X})  # what "varies along x" means: a tiled kernel has three
@@ -150,9 +155,13 @@ class KernelBody:
     def index(self, expr: sympy.Expr) -> sympy.Expr:
         expr = indexing.simplify(expr, self.ranges)
         lo, hi = indexing.bounds(expr, self.ranges)
-        if lo < 0 and self.guard is None:
+        if not indexing.known_nonneg(lo) and self.guard is None:
             raise ValueError(f"negative index {expr}")
-        self.max_offset = max(self.max_offset, hi)
+        if isinstance(hi, int) or hi.is_Integer:
+            self.max_offset = max(self.max_offset, int(hi))
+        else:  # an offset over symbolic sizes: no bound below 2**31 is known
+            self.symbolic_offsets = True
+        self.size_symbols |= sizes_in(expr)
         return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
 
     def align_blocks(self, blocks: dict[sympy.Symbol, int], lanes: sympy.Symbol | None = None,
@@ -499,8 +508,17 @@ class KernelBody:
             return self._emit(f"tl.broadcast_to({value}, {shape})", dims)
         return self._emit(f"tl.full({shape}, {value}, {TRITON_DTYPE[dtype]})", dims)
 
-    def uses_int64(self, *numels: int) -> bool:
-        return max(self.max_offset, *numels) > INT32_MAX
+    def uses_int64(self, *numels: int | sympy.Expr) -> bool:
+        """Whether an offset or an extent may pass int32's range: over symbolic sizes, unless
+        proven otherwise, they may (issue 15)."""
+        if self.symbolic_offsets or any(not isinstance(n, int) and not n.is_Integer for n in numels):
+            return True
+        return max(self.max_offset, *map(int, numels)) > INT32_MAX
+
+    def size_params(self) -> list[sympy.Symbol]:
+        """The size symbols the kernel's indices use, in name order: its parameters after the
+        extents (which it takes whole: ``xnumel``, ``rnumel``)."""
+        return sorted(self.size_symbols, key=lambda s: (len(s.name), s.name))
 
 
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
@@ -559,3 +577,19 @@ HEADER = [
     "",
     "@triton.jit",
 ]
+
+
+def header(int_params: Sequence[str]) -> list[str]:
+    """``HEADER``, where a kernel takes extents that change from call to call (symbolic sizes):
+    Triton would compile a binary per value class of each int (1, a multiple of 16, other), and
+    a launch of the first binary for other values would read the wrong memory."""
+    if not int_params:
+        return HEADER
+    return HEADER[:-1] + [f"@triton.jit(do_not_specialize={list(int_params)!r})"]
+
+
+def sizes_in(expr: Any) -> set[sympy.Symbol]:
+    """The size symbols (Dynamo's, positive) in an index or extent; loop variables are not."""
+    if isinstance(expr, int):
+        return set()
+    return {s for s in sympy.sympify(expr).free_symbols if s.is_positive is True}

@@ -44,6 +44,7 @@ from typing import Sequence
 import torch
 
 from fusebackend import ir
+from fusebackend.sizevars import size_hint
 from fusebackend.scheduler import ExternCall, KernelPlan, format_bytes
 
 
@@ -121,7 +122,7 @@ def _buffers(steps: Sequence[KernelPlan | ExternCall], allocated: dict[int, list
                 buf = step.node.outputs[0][1]
                 owned[buf.name] = (buf.dtype, ir.storage_numel(buf))
         for buf in made:
-            size[buf.name] = ir.storage_numel(buf) * buf.dtype.itemsize
+            size[buf.name] = size_hint(ir.storage_numel(buf) * buf.dtype.itemsize)  # symbolic: at the hints
             start[buf.name] = k
         owned.update((buf.name, (buf.dtype, ir.storage_numel(buf))) for buf in allocated.get(k, []))
     return size, start, owned

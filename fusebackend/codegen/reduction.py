@@ -26,10 +26,12 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
+from fusebackend.codegen.body import (GRID_WAIT, KernelBody, KernelSource, describe, header, in_place_pairs, kernel_name,
+                                      sizes_in)
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
+from fusebackend.sizevars import ceil_div, size_hint
 from fusebackend.scheduler import KernelPlan
 from fusebackend.scheduler.space import R, X, is_row_value
 
@@ -104,8 +106,8 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     late = [n for n in full_nodes if depth[n.name] > 0]
     max_depth = max(depth[r.name] for r in reductions)
     passes = max_depth + (1 if late else 0)  # reads of each row by a looped kernel
-    launch = launch or runtime.reduction_config(xnumel, rnumel, row_contiguous, passes)
-    persistent = launch["RBLOCK"] >= rnumel
+    launch = launch or runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes)
+    persistent = not sizes_in(rnumel) and launch["RBLOCK"] >= rnumel  # a symbolic row: looped, any length
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
     lay = Layout(column=not row_contiguous)
@@ -198,10 +200,11 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
 
     name = kernel_name(plan, index)
     int64 = body.uses_int64(xnumel * max(rnumel, 1))
+    symbols = body.size_params()
     w = LineWriter()
-    w.lines(HEADER)
+    w.lines(header(["xnumel", "rnumel", *map(str, symbols)] if sizes_in(xnumel * rnumel) or symbols else []))
     params = list(body.inputs.values()) + list(outputs.values())
-    params += ["xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+    params += ["xnumel", "rnumel", *map(str, symbols), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
@@ -218,9 +221,9 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
             w.line("xmask = xindex < xnumel")
         w.line(f"rbase = {arange('RBLOCK')}{lay.r_suffix}")
         w.lines(body.lines)
-    grid = runtime.cdiv(xnumel, launch["XBLOCK"])
+    grid = ceil_div(xnumel, launch["XBLOCK"])  # over symbolic sizes: computed at each call
     args = tuple(body.inputs) + tuple(outputs)
-    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan, body.asserts,
+    return KernelSource(name, w.source(), args, (xnumel, rnumel, *symbols), grid, launch, plan, body.asserts,
                         in_place=_in_place(body, after_reduction, loads_before_store))
 
 
@@ -256,12 +259,13 @@ def _row_contiguous(red: ir.Reduction) -> bool:
     best = None
     for load in ir.loads(red.body):
         offset = sympy.sympify(indexing.ravel(load.index, load.view.strides, load.view.offset))
-        # the step in memory between positions 0 and 1 of the innermost reduced dim, others at 0
-        zero = {v: 0 for v in offset.free_symbols}
-        step = offset.xreplace({**zero, rvars[-1]: 1}) - offset.xreplace(zero)
-        size = load.view.buffer.numel
+        # the step in memory between positions 0 and 1 of the innermost reduced dim, the other
+        # loop variables at 0 (size symbols stay: a step of s77 is a column's)
+        zero = {v: 0 for v in offset.free_symbols if v.is_positive is not True}
+        step = sympy.expand(offset.xreplace({**zero, rvars[-1]: 1}) - offset.xreplace(zero))
+        size = size_hint(load.view.buffer.numel)
         if best is None or size > best[0]:
-            best = (size, int(step))
+            best = (size, step)
     return best is None or best[1] in (0, 1)
 
 

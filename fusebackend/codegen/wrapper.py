@@ -11,11 +11,12 @@ dump of this source shows exactly what runs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
+import sympy
 import torch
 
-from fusebackend import ir
+from fusebackend import indexing, ir, sizevars
 from fusebackend.codegen import memory
 from fusebackend.codegen.body import KernelSource
 from fusebackend.config import config
@@ -41,6 +42,8 @@ def _render(value: Any, constants: dict[str, Any]) -> str:
         return str(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
+    if isinstance(value, sympy.Expr) and value.is_integer:  # a size over symbolic sizes (issue 15)
+        return indexing.pexpr(value)
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_render(v, constants) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
@@ -52,7 +55,43 @@ def _render(value: Any, constants: dict[str, Any]) -> str:
 def view_expr(v: ir.View) -> str:
     if v.is_whole():
         return v.buffer.name
-    return f"view({v.buffer.name}, {v.sizes}, {v.strides}, {v.offset})"
+    return f"view({v.buffer.name}, {_ints(v.sizes)}, {_ints(v.strides)}, {indexing.pexpr(sympy.sympify(v.offset))})"
+
+
+def _ints(values: Sequence[Any]) -> str:
+    """A tuple of sizes as Python: ints, or expressions in the size symbols the wrapper binds."""
+    texts = [indexing.pexpr(sympy.sympify(v)) for v in values]
+    return f"({', '.join(texts)}{',' if len(texts) == 1 else ''})"
+
+
+def _bindings(graph: ir.IRGraph, names: list[str], kernels: list[KernelSource], layouts: dict[str, ir.Buffer]
+              ) -> list[str]:
+    """Lines binding each size symbol of a graph with symbolic sizes (issue 15) to the call's
+    value: an input's size or stride where the symbol is one, or an int input. ``NotSymbolic``
+    where a symbol the wrapper uses has none."""
+    lines: list[str] = []
+    bound: set[sympy.Symbol] = set()
+    for name, value in zip(names, graph.inputs):
+        if isinstance(value, sympy.Symbol) and value not in bound:
+            lines.append(f"{value} = {name}")
+            bound.add(value)
+        if not isinstance(value, ir.Buffer):
+            continue
+        for what, exprs in (("size", value.sizes), ("stride", value.strides)):
+            for d, e in enumerate(exprs):
+                if isinstance(e, sympy.Symbol) and e not in bound:
+                    lines.append(f"{e} = {name}.{what}({d})")
+                    bound.add(e)
+    used: set[sympy.Symbol] = set()
+    for value in [*(v for k in kernels for v in (*k.sizes, k.grid)), *graph.outputs,
+                  *(x for b in layouts.values() for x in (*b.sizes, *b.strides))]:
+        if isinstance(value, ir.View):
+            value = (value.offset, *value.sizes, *value.strides)
+        for v in value if isinstance(value, tuple) else (value,):
+            used |= getattr(v, "free_symbols", set())
+    if used - bound:
+        raise sizevars.NotSymbolic(f"sizes {sorted(map(str, used - bound))}: no input gives them")
+    return lines
 
 
 def _step_reads(step: KernelPlan | ExternCall, kernel: KernelSource | None, mutations: dict[str, str]) -> list[str]:
@@ -123,6 +162,7 @@ def generate_wrapper(
         if names:
             w.line(f"{', '.join(names)}{',' if len(names) == 1 else ''} = args")
         w.line("args.clear()")
+        w.lines(_bindings(graph, names, kernels, layouts))
         if any(k.grid for k in kernels):  # read once: every launch of the call goes to it
             w.line("stream = current_stream()" if graph.device.type == "cuda" else "stream = None")
         kernel_reads = {name for kernel in kernels for name in kernel.args}
@@ -188,16 +228,16 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
 def _expect_layout(w: LineWriter, buf: ir.Buffer) -> None:
     """An ATen result in the layout its meta function promised: the strides compared here (a
     tuple comparison, the common case), ``runtime.expect_layout`` only where they differ."""
-    w.line(f"if {buf.name}.stride() != {buf.strides}:")
+    w.line(f"if {buf.name}.stride() != {_ints(buf.strides)}:")
     with w.indent():
-        w.line(f"{buf.name} = expect_layout({buf.name}, {buf.sizes}, {buf.strides})")
+        w.line(f"{buf.name} = expect_layout({buf.name}, {_ints(buf.sizes)}, {_ints(buf.strides)})")
 
 
 def _same_memory(old: ir.Buffer, new: ir.Buffer) -> str:
     """``new`` on ``old``'s memory: the same tensor, or a view of it in ``new``'s layout."""
     if (old.sizes, old.strides) == (new.sizes, new.strides):
         return old.name
-    return f"view({old.name}, {new.sizes}, {new.strides}, 0)"
+    return f"view({old.name}, {_ints(new.sizes)}, {_ints(new.strides)}, 0)"
 
 
 def _op_alias(op: str) -> str:
@@ -219,9 +259,13 @@ def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scat
             old = layouts[plan.in_place[buf.name]]
             w.line(f"{buf.name} = {_same_memory(old, buf)}  # over {old.name}, element by element: its last use")
         else:
-            w.line(f"{buf.name} = empty({buf.sizes}, {buf.strides}, {buf.dtype})")
+            w.line(f"{buf.name} = empty({_ints(buf.sizes)}, {_ints(buf.strides)}, {buf.dtype})")
     if kernel.grid == 0:
         return  # nothing to compute: an empty output
-    sizes = ", ".join(map(str, kernel.sizes))
+    sizes = ", ".join(indexing.pexpr(sympy.sympify(n)) for n in kernel.sizes)
     options = ", ".join(f"{k}={v}" for k, v in kernel.launch.items())
-    w.line(f"{kernel.name}(stream, {', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")
+    if isinstance(kernel.grid, int):
+        w.line(f"{kernel.name}(stream, {', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")
+    else:  # over symbolic sizes: the grid of this call, first
+        grid = indexing.pexpr(kernel.grid)
+        w.line(f"{kernel.name}(stream, {grid}, {', '.join(kernel.args)}, {sizes})  # {options}")

@@ -176,10 +176,13 @@ class Launcher:
     launch, once built, replaces the Launcher there, so that later launches are one Python call.
     """
 
-    def __init__(self, kernel: Any, grid: int, launch: dict[str, int],
+    def __init__(self, kernel: Any, grid: int | None, launch: dict[str, int],
                  home: dict[str, Any] | None = None, name: str = "") -> None:
+        """``grid`` None: each call gives its grid after the stream (a kernel over symbolic
+        sizes, whose int arguments Triton does not specialize: ``codegen.body.header``)."""
         self.kernel = kernel
-        self.grid = (grid, 1, 1)
+        self.per_call = grid is None
+        self.grid = (grid or 0, 1, 1)
         self.launch = launch
         self.constexprs = tuple(v for k, v in launch.items() if k not in COMPILE_OPTIONS)
         self.fast: Any = None  # _direct_launcher's function, once the kernel is compiled
@@ -200,21 +203,24 @@ class Launcher:
         # compiled when its graph was loaded (``precompile``); in the interpreter, the run
         first = metrics.timed("launch") if self.first else contextlib.nullcontext()
         self.first = False
+        grid = self.grid
+        if self.per_call:
+            grid, args = (args[0], 1, 1), args[1:]
         with first:
             if self.launch.get("debug") and use_interpreter():
                 with _interpreter_asserts():
-                    self.kernel[self.grid](*args, **self.launch)
+                    self.kernel[grid](*args, **self.launch)
                 return
-            compiled = self.kernel[self.grid](*args, **self.launch)
+            compiled = self.kernel[grid](*args, **self.launch)
         if self.fast is None and not use_interpreter() and hasattr(compiled, "__getitem__"):
-            direct = direct_launch(compiled, self.grid)
-            self.fast = _direct_launcher(direct, args, self.constexprs, self._through_triton)
+            direct = direct_launch(compiled, grid)
+            self.fast = _direct_launcher(direct, args, self.constexprs, self._through_triton, self.per_call)
             if self.home is not None:
                 self.home[self.name] = self.fast
 
 
 def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tuple[Any, ...],
-                     slow: Any) -> Any:
+                     slow: Any, per_call: bool = False) -> Any:
     """A function ``(stream, *args)`` launching ``direct`` for arguments laid out like ``args``
     (the first call's).
 
@@ -222,7 +228,9 @@ def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tu
     pointers aligned to 16 bytes at the first call still are (and the others still are not: the
     compiled kernel was specialized on both), that no launch hook is set (a profiler's), and the
     C call on ``stream``. Otherwise ``slow``: Triton's path, or the runner with the hooks. The
-    generated source is kept on the function (``__source__``) for the dumps.
+    generated source is kept on the function (``__source__``) for the dumps. ``per_call``: the
+    grid comes first in each call (``Launcher``), and the ints must stay in int32's range, which
+    Triton compiled them as (a larger one takes Triton's path, which compiles for int64).
     """
     names = [f"a{i}" for i in range(len(args))]
     pointers = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -232,6 +240,9 @@ def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tu
     lines = [f"def launch(stream, {', '.join(names)}):"]
     lines += [f"    p{i} = a{i}.data_ptr()" for i in pointers]
     tests = ([f"not (({' | '.join(aligned)}) & 15)"] if aligned else []) + [f"{p} & 15" for p in unaligned]
+    if per_call:
+        lines[0] = f"def launch(stream, gx, {', '.join(names)}):"
+        tests += [f"{names[i]} <= {2**31 - 1}" for i, a in enumerate(args) if type(a) is int]
     cond = " and ".join(tests) or "True"
     lines.append(f"    if {cond}:")
     if direct.launch is not None:
@@ -240,9 +251,14 @@ def _direct_launcher(direct: DirectLaunch, args: tuple[Any, ...], constexprs: tu
         lines.append("                leave is None or not getattr(leave, 'calls', True)):")
         lines.append(f"            c_launch(gx, gy, gz, stream, *head, {', '.join(passed)}, *constexprs)")
         lines.append("            return")
-    lines.append(f"        runner({', '.join(names)}, *constexprs)  # a profiler's hooks: Triton's path")
-    lines.append("        return")
-    lines.append(f"    slow(stream, {', '.join(names)})  # a pointer of another alignment: Triton specializes again")
+    grid_arg = "gx, " if per_call else ""
+    if per_call and direct.launch is None:
+        lines.append("        pass")
+    if not per_call:  # the runner launches the first call's grid
+        lines.append(f"        runner({', '.join(names)}, *constexprs)  # a profiler's hooks: Triton's path")
+        lines.append("        return")
+    lines.append(f"    slow(stream, {grid_arg}{', '.join(names)})  # a pointer of another alignment"
+                 + (", an int past int32, or hooks" if per_call else "") + ": Triton specializes again")
     source = "\n".join(lines) + "\n"
     scope = {"hooks": direct.hooks, "c_launch": direct.launch, "head": direct.head,
              "runner": _counted(direct.runner, "a launch hook set" if direct.launch is not None else "no C launcher"),

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import sympy
 import torch
 
-from fusebackend import indexing, ir
+from fusebackend import indexing, ir, sizevars
 from fusebackend.lowering.registry import Unsupported
 from fusebackend.lowering.values import LoweringContext, TensorArg
 
@@ -65,6 +65,17 @@ class IRBuilder:
         self.base_offset: dict[str, int] = {}  # buffer -> storage offset of its whole view's meta
         self.origin = ""  # what the nodes being built come from (the ATen op), for the dumps
         self._count = 0
+        # symbolic sizes: each symbol's value at the call being compiled, which meta tensors
+        # (ATen's shape functions, layout heuristics) are made at (``sizevars.hint``)
+        self.hints: dict[sympy.Symbol, int] = {}
+
+    def meta(self, buf: ir.Buffer) -> torch.Tensor:
+        """A meta tensor in ``buf``'s layout, at the hints where its sizes are symbolic."""
+        at = lambda exprs: [sizevars.hint(e, self.hints) for e in exprs]  # noqa: E731
+        return torch.empty_strided(at(buf.sizes), at(buf.strides), dtype=buf.dtype, device="meta")
+
+    def _contiguous_meta(self, sizes: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty([sizevars.hint(s, self.hints) for s in sizes], dtype=dtype, device="meta")
 
     def _new_name(self) -> str:
         name = f"buf{self._count}"
@@ -76,6 +87,12 @@ class IRBuilder:
         return TensorArg(buffer.whole(), meta)
 
     def _new_buffer(self, sizes: tuple[int, ...], dtype: torch.dtype, strides: tuple[int, ...] | None) -> ir.Buffer:
+        if strides is not None and sizevars.symbolic(sizes) and not sizevars.symbolic(strides):
+            # strides a meta function gave at the hints: the same order of dims, symbolic
+            try:
+                strides = sizevars.dense_strides(sizes, strides, self.hints)
+            except sizevars.NotSymbolic:
+                strides = None
         if strides is None or not indexing.is_dense(sizes, strides):
             strides = indexing.contiguous_strides(sizes)
         return ir.Buffer(self._new_name(), dtype, sizes, strides)
@@ -85,7 +102,7 @@ class IRBuilder:
     ) -> TensorArg:
         buf = self._new_buffer(sizes, dtype, strides)
         self.nodes.append(ir.Pointwise(buf, ir.cast(body, dtype), origin))
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=dtype, device="meta"))
+        return self._tensor_arg(buf, self.meta(buf))
 
     def pointwise(
         self,
@@ -95,8 +112,7 @@ class IRBuilder:
         strides: Sequence[int] | None = None,
     ) -> TensorArg:
         """Add a pointwise node of ``sizes``; ``body(ctx)`` builds it with ``ctx.load``/``ctx.value``."""
-        meta = torch.empty(tuple(sizes), dtype=dtype, device="meta")
-        expr = body(LoweringContext(meta, self.device))
+        expr = body(LoweringContext(self._contiguous_meta(sizes, dtype), self.device, sizes=sizes))
         return self._add_pointwise(tuple(sizes), dtype, expr, None if strides is None else tuple(strides), self.origin)
 
     def new_buffer(self, sizes: Sequence[int], dtype: torch.dtype, strides: Sequence[int] | None = None) -> ir.Buffer:
@@ -108,7 +124,7 @@ class IRBuilder:
         """Append a node a composite lowering built (a scan, a scatter); its buffer as a tensor."""
         self.nodes.append(node)
         buf = node.buffer
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta"))
+        return self._tensor_arg(buf, self.meta(buf))
 
     def reduce(
         self,
@@ -134,7 +150,7 @@ class IRBuilder:
             acc = _accumulator_dtype(reduction_type, value.dtype)
             neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
             return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
-        nsplit = split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
+        nsplit = self._split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
         if nsplit > 1:
             return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
                                       (sizes, source_index))
@@ -143,7 +159,12 @@ class IRBuilder:
             value = ir.cast(value, _accumulator_dtype(reduction_type, value.dtype))
         node = ir.Reduction(buf, value, rranges, reduction_type, sizes, source_index, self.origin)
         self.nodes.append(node)
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+        return self._tensor_arg(buf, self.meta(buf))
+
+    def _split_count(self, xnumel: int, rnumel: int, column: bool) -> int:
+        """``split_count``; no split over symbolic sizes (issue 15: a chunk's length would be
+        symbolic)."""
+        return 1 if sizevars.symbolic((xnumel, rnumel)) else split_count(xnumel, rnumel, column)
 
     def _reduction_parts(
         self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
@@ -161,9 +182,9 @@ class IRBuilder:
             rvars[dims.index(d)] if d in dims else (ivars[d] if keepdim else ivars[kept.index(d)])
             for d in range(len(sizes))
         )
-        src_meta = torch.empty(sizes, dtype=src.dtype, device="meta")
-        value = body(LoweringContext(src_meta, self.device, index=source_index))
-        column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] > 1
+        value = body(LoweringContext(self._contiguous_meta(sizes, src.dtype), self.device, index=source_index,
+                                     sizes=sizes))
+        column = bool(dims) and src.view.strides[dims[-1]] != 1 and src.view.sizes[dims[-1]] not in (0, 1)
         return sizes, out_sizes, rranges, source_index, value, column
 
     def split_partials(
@@ -176,7 +197,7 @@ class IRBuilder:
         reduction of the partials (the variance's, which combines sums and m2s)."""
         sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, False, body)
         rnumel = math.prod(rranges)
-        nsplit = split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
+        nsplit = self._split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
         if nsplit <= 1 or rnumel % nsplit:
             return None
         part, chunk = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, (sizes, source_index))
@@ -206,7 +227,7 @@ class IRBuilder:
         else:
             body = ir.Load(part_arg.view, tuple(old_i) + (pos,))
         self.nodes.append(ir.Reduction(buf, body, (nsplit,), reduction_type, (), (), self.origin + " (split, phase 2)"))
-        return self._tensor_arg(buf, torch.empty_strided(buf.sizes, buf.strides, dtype=out_dtype, device="meta"))
+        return self._tensor_arg(buf, self.meta(buf))
 
     def _split_phase1(
         self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,
@@ -244,5 +265,5 @@ class IRBuilder:
         part = self._new_buffer(part_sizes, acc, None)
         self.nodes.append(ir.Reduction(part, moved, (chunk,), reduction_type, source_sizes, source_index,
                                        self.origin + " (split, phase 1)", source_valid=inside))
-        part_arg = self._tensor_arg(part, torch.empty_strided(part.sizes, part.strides, dtype=acc, device="meta"))
+        part_arg = self._tensor_arg(part, self.meta(part))
         return part_arg, chunk

@@ -37,13 +37,14 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from fusebackend import indexing, ir, metrics, symbolic
-from fusebackend.lowering import layouts
+from fusebackend import indexing, ir, metrics, sizevars, symbolic
+from fusebackend.lowering import layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_reason
-from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments
-from fusebackend.lowering.values import LoweringContext, TensorArg
+from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
+from fusebackend.lowering.symbolic_sizes import SymbolicSizes
+from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
 
 aten = torch.ops.aten
 
@@ -61,7 +62,9 @@ def _check_matches(result: Any, out_meta: Any) -> None:
         raise Unsupported("composite lowering returned the wrong number of outputs")
     for g, w in zip(got, want):
         if isinstance(w, torch.Tensor):
-            if not isinstance(g, TensorArg) or tuple(g.sizes) != tuple(w.shape) or g.dtype != w.dtype:
+            # symbolic sizes at the hints, which the meta output was computed at
+            if not isinstance(g, TensorArg) or tuple(map(sizevars.size_hint, g.sizes)) != tuple(w.shape) or (
+                    g.dtype != w.dtype):
                 raise Unsupported(f"composite lowering produced {getattr(g, 'sizes', g)} instead of {tuple(w.shape)} {w.dtype}")
 
 
@@ -74,110 +77,18 @@ def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
     return live
 
 
-def _traced_layout(traced: Any, out_meta: Any) -> Any:
-    """``out_meta`` with the strides of the node's traced value (``GraphLowering.traced``) where
-    that is concrete and agrees."""
-    if traced is None:
-        return out_meta
-    metas, spec = pytree.tree_flatten(out_meta)
-    vals = pytree.tree_leaves(traced)
-    if len(vals) != len(metas):
-        return out_meta
-
-    def pick(m: Any, v: Any) -> Any:
-        if not (isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor)):
-            return m
-        if v.dtype != m.dtype or tuple(v.shape) != tuple(m.shape):
-            return m
-        strides = v.stride()
-        if not all(isinstance(s, int) for s in strides) or tuple(strides) == tuple(m.stride()):
-            return m
-        if not indexing.is_dense(tuple(m.shape), tuple(strides)):
-            return m
-        return torch.empty_strided(tuple(m.shape), tuple(strides), dtype=m.dtype, device="meta")
-
-    return pytree.tree_unflatten([pick(m, v) for m, v in zip(metas, vals)], spec)
-
-
-def _inputs_as_traced(vals: list[Any], args: Any, kwargs: Any) -> bool:
-    """Whether an extern's tensor arguments have the sizes and strides the node was traced with.
-
-    Only then does the traced value say how the ATen kernel lays out its result. Where the
-    lowering laid an input out otherwise, the meta function's result on the actual inputs holds:
-    the cuDNN attention's output follows the query's layout, and Qwen2's queries, written
-    [B, H, S, D] by the rotary kernel where the trace had them [B, S, H, D], came back from cuDNN
-    [B, H, S, D]; declared [B, S, H, D] as traced, each of the 24 layers' results was copied
-    again (``runtime.expect_layout``)."""
-    ours = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
-    traced = [v for v in vals if isinstance(v, torch.Tensor)]
-    return len(ours) == len(traced) and all(
-        tuple(m.shape) == tuple(v.shape) and tuple(m.stride()) == tuple(v.stride()) for m, v in zip(ours, traced))
-
-
-def _same_order(sizes: Sequence[int], strides: Sequence[int], eager: Sequence[int]) -> bool:
-    """Whether ``strides`` lay the dims (those larger than 1) out in ``eager``'s order, the
-    fastest one with eager's stride: eager's layout, but for gaps between rows."""
-    ours = [d for d in indexing.dense_order(sizes, strides) if sizes[d] != 1]
-    theirs = [d for d in indexing.dense_order(sizes, eager) if sizes[d] != 1]
-    return ours == theirs and (not ours or strides[ours[-1]] == eager[ours[-1]])
-
-
-def _beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
-    """Why an op must stay an ATen call whatever its lowering: a tensor kernels cannot hold
-    (``ir.KERNEL_DTYPES``), a conjugate or negative bit, or a view to another dtype."""
-    ins = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
-    outs = [t for t in pytree.tree_leaves(out_meta) if isinstance(t, torch.Tensor)]
-    for t in ins + outs:
-        if t.dtype not in ir.KERNEL_DTYPES:
-            return f"a {t.dtype} tensor"
-        if t.is_conj() or t.is_neg():
-            return "a tensor with a conjugate or negative bit"
-    return None
-
-
-def _traced_meta(traced: Any, target: Any, exc: Exception) -> Any:
-    """Meta tensors with the sizes, strides and dtypes of a node's traced value (a fake
-    tensor, ``GraphLowering.traced``), for an op that has no meta kernel; Unsupported where there
-    is none, or its sizes depend on data."""
-
-    def meta(v: Any) -> Any:
-        if not isinstance(v, torch.Tensor):
-            return v
-        if not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
-            raise Unsupported(f"{target} has no meta kernel and a data-dependent shape")
-        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
-
-    if traced is None:
-        raise Unsupported(f"{target} has no meta implementation: {exc}") from exc
-    return pytree.tree_map(meta, traced)
-
-
-def _traced_devices(gm: torch.fx.GraphModule) -> set[torch.device]:
-    """The devices of the tensors a graph without tensor inputs makes (``torch.rand(n,
-    device="cuda")``), as traced."""
-    values = pytree.tree_leaves([n.meta.get("val") for n in gm.graph.nodes if n.op == "call_function"])
-    return {v.device for v in values if isinstance(v, torch.Tensor)}
-
-
-def is_view_op(op: torch._ops.OpOverload) -> bool:
-    schema = op._schema
-    if schema.is_mutable or not schema.returns:
-        return False
-    info = schema.returns[0].alias_info
-    return info is not None and not info.is_write
-
-
-class GraphLowering(IRBuilder):
+class GraphLowering(SymbolicSizes, IRBuilder):
     """Walks an ATen FX graph for concrete inputs, lowering each op (the module docstring)."""
 
     def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
-                 user_outputs: int | None = None) -> None:
+                 user_outputs: int | None = None, symbolic_sizes: bool = False) -> None:
         self.gm = gm
+        self.symbolic = symbolic_sizes  # sizes as Dynamo's symbols, for all their values (lower())
         self.args = list(args)
         self.name = name
         self.env: dict[torch.fx.Node, Any] = {}
         tensors = [a for a in self.args if isinstance(a, torch.Tensor)]
-        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors} or _traced_devices(gm)
+        devices = {a.device for a in tensors if a.dim() > 0} or {a.device for a in tensors} or trace.devices(gm)
         if len(devices) > 1:
             raise Unsupported(f"graph inputs on several devices: {sorted(map(str, devices))}")
         super().__init__(devices.pop() if devices else torch.device("cpu"))
@@ -198,6 +109,7 @@ class GraphLowering(IRBuilder):
         self.user_outputs = user_outputs
         # Dynamo's symbols (a graph with symbolic sizes) bound to this call's sizes
         self.bound = symbolic.binding(gm, args)
+        self.hints = self.bound if symbolic_sizes else {}
 
     # ---------------------------------------------------------------------------- helpers
     def traced(self, node: Any) -> Any:
@@ -231,14 +143,17 @@ class GraphLowering(IRBuilder):
             if isinstance(value, torch.Tensor):
                 if value.device != self.device:
                     self.moved_inputs.append(k)
-                buf = ir.Buffer(f"arg{k}", value.dtype, tuple(value.shape), tuple(value.stride()))
+                sizes, strides = trace.input_layout(node, value, self.bound) if self.symbolic else (
+                    tuple(value.shape), tuple(value.stride()))
+                buf = ir.Buffer(f"arg{k}", value.dtype, sizes, strides)
                 self.input_index[buf] = k
-                meta = torch.empty_strided(buf.sizes, buf.strides, dtype=buf.dtype, device="meta")
+                meta = torch.empty_strided(value.shape, value.stride(), dtype=buf.dtype, device="meta")
                 self.env[node] = self._tensor_arg(buf, meta)
                 inputs.append(buf)
             else:
-                self.env[node] = value
-                inputs.append(value)
+                self.env[node] = value  # a size at its hint: only metas read it (symbolic_sizes.py)
+                traced = node.meta.get("val")
+                inputs.append(sizevars.to_sympy(traced) if self.symbolic and isinstance(traced, torch.SymInt) else value)
         outputs: list[Any] = []
         live = _live_nodes(self.gm.graph)
         for node in self.gm.graph.nodes:
@@ -253,12 +168,15 @@ class GraphLowering(IRBuilder):
                 )
                 outputs = list(result) if isinstance(result, (list, tuple)) else [result]
                 outputs = self._eager_output_layouts(node, outputs)
+                if self.symbolic:  # a size it returns (for the backward) is the traced one, not its hint
+                    outputs = self._symbolic_outputs(node, outputs)
             elif node.op == "get_attr":
                 self.env[node] = self._constant(node)
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
-                           constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign))
+                           constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign),
+                           shape_env=sizevars.shape_env_of(self.gm) if self.symbolic else None)
         for copy, target, meta in self.copies:
             reason = in_place_reason(graph, copy, target)
             if reason is None and target.name not in graph.mutations.values():
@@ -326,6 +244,8 @@ class GraphLowering(IRBuilder):
             if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
             return result
+        if self.symbolic:
+            return self._symbolic_call(node, target, args, kwargs)
         if target in OWN_FIRST:
             own = self._own_lowering(target, args, kwargs)
             if own is not None:
@@ -342,7 +262,7 @@ class GraphLowering(IRBuilder):
         except Exception as exc:
             traced = self._traced_layouts(node, args)
             if traced is None:  # no meta kernel: the traced value says what it returns
-                return self.extern(target, args, kwargs, _traced_meta(self.traced(node), target, exc),
+                return self.extern(target, args, kwargs, trace.meta_of(self.traced(node), target, exc),
                                    reason="no meta kernel")
             # the op needs the layout it was traced with (a view of what was contiguous, now
             # channels-last): a copy in that layout, as reshape would make
@@ -353,7 +273,7 @@ class GraphLowering(IRBuilder):
             if target._schema.is_mutable:
                 return self.extern(target, args, kwargs, out_meta)
             return out_meta  # sizes, strides and other non-tensor results
-        reason = _beyond_kernels(args, kwargs, out_meta)
+        reason = beyond_kernels(args, kwargs, out_meta)
         if reason is not None:
             return self.extern(target, args, kwargs, out_meta, reason=reason)
         if is_view_op(target):
@@ -375,6 +295,8 @@ class GraphLowering(IRBuilder):
                 return self._composite(target, args, kwargs, out_meta)
         except Exception as exc:  # declined (Unsupported) or a bug: this op alone is an ATen call
             del self.nodes[mark:]  # a lowering that fails leaves nothing behind
+            if isinstance(exc, sizevars.NotSymbolic):
+                raise  # the whole graph is compiled per shape instead
             if not isinstance(exc, Unsupported):
                 warnings.warn(f"fusebackend: lowering {target} failed ({type(exc).__name__}: {exc}); "
                               "it runs as an ATen call", stacklevel=2)
@@ -399,6 +321,8 @@ class GraphLowering(IRBuilder):
             return self._composite(target, args, kwargs, target(*self._to_meta(args), **self._to_meta(kwargs)))
         except Exception as exc:
             del self.nodes[mark:]
+            if isinstance(exc, sizevars.NotSymbolic):
+                raise
             if not isinstance(exc, Unsupported):
                 warnings.warn(f"fusebackend: lowering {target} failed ({type(exc).__name__}: {exc}); "
                               "it runs as an ATen call", stacklevel=2)
@@ -480,7 +404,7 @@ class GraphLowering(IRBuilder):
                     or all(a == b for n, a, b in zip(view.sizes, strides, view.strides) if n != 1)
                     or not indexing.is_dense(view.sizes, strides)):
                 continue
-            if view.buffer.name in self.padded_products and _same_order(view.sizes, view.strides, strides):
+            if view.buffer.name in self.padded_products and trace.same_order(view.sizes, view.strides, strides):
                 continue  # eager's order with padded rows, as Inductor returns it (matmuls.py)
             meta = torch.empty_strided(view.sizes, strides, dtype=view.dtype, device="meta")
             source = TensorArg(view, torch.empty_strided(view.sizes, view.strides, dtype=view.dtype, device="meta"))
@@ -524,14 +448,16 @@ class GraphLowering(IRBuilder):
         return dst
 
     def lower_node(self, target: Any, lowering: Any, args: Any, kwargs: Any, out_meta: torch.Tensor,
-                   why: str = "") -> TensorArg:
+                   why: str = "", sizes: tuple[tuple, tuple] | None = None) -> TensorArg:
         """A pointwise node for ``target`` in ``out_meta``'s layout; ``why``: for the dumps, when
-        the lowering itself adds the op (a layout copy, a pad)."""
+        the lowering itself adds the op (a layout copy, a pad); ``sizes``: symbolic sizes and
+        strides in place of ``out_meta``'s (at the hints)."""
         bound = bind_arguments(target, args, kwargs)
-        ctx = LoweringContext(out_meta, self.device)
+        shape, strides = sizes or (tuple(out_meta.shape), tuple(out_meta.stride()))
+        ctx = LoweringContext(out_meta, self.device, sizes=shape)
         body = lowering(ctx, **bound)
         origin = f"{target} ({why})" if why else str(target)
-        return self._add_pointwise(tuple(out_meta.shape), out_meta.dtype, body, tuple(out_meta.stride()), origin)
+        return self._add_pointwise(shape, out_meta.dtype, body, strides, origin)
 
     def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
         """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
@@ -539,9 +465,9 @@ class GraphLowering(IRBuilder):
             metrics.fallbacks[target.overloadpacket.__name__] += 1
         if target in layouts.CONVOLUTIONS and self.channels_last:
             out_meta = layouts.result_layout(target, tuple(self._to_meta(list(args))), out_meta, self.device)
-        elif self.node is not None and _inputs_as_traced(
+        elif self.node is not None and trace.inputs_as_traced(
                 [self.traced(n) for n in pytree.tree_leaves((self.node.args, self.node.kwargs))], args, kwargs):
-            out_meta = _traced_layout(self.traced(self.node), out_meta)
+            out_meta = trace.layout_of(self.traced(self.node), out_meta)
         name = self._new_name()
         outputs: list[tuple[tuple[int, ...], ir.Buffer]] = []
         produced: dict[tuple[int, ...], TensorArg] = {}
@@ -549,7 +475,9 @@ class GraphLowering(IRBuilder):
         def visit(value: Any, path: tuple[int, ...]) -> None:
             if isinstance(value, torch.Tensor):
                 buf_name = name if path == () else f"{name}_{'_'.join(map(str, path))}"
-                buf = ir.Buffer(buf_name, value.dtype, tuple(value.shape), tuple(value.stride()))
+                sizes, strides = (tuple(value.shape), tuple(value.stride())) if not self.symbolic else (
+                    self._traced_result(path, value))
+                buf = ir.Buffer(buf_name, value.dtype, sizes, strides)
                 outputs.append((path, buf))
                 produced[path] = self._tensor_arg(buf, value)
             elif isinstance(value, (list, tuple)):
@@ -582,12 +510,15 @@ class GraphLowering(IRBuilder):
         return rebuild(out_meta, ())
 
 
-def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
-          user_outputs: int | None = None) -> tuple[ir.IRGraph, list[int]]:
+def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs: int | None = None,
+          symbolic_sizes: bool = False) -> tuple[ir.IRGraph, list[int]]:
     """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device.
 
     ``user_outputs``: how many of the graph's first outputs the user sees (the rest are saved for
-    a backward graph); these keep eager's layouts. None: all of them."""
-    lowering = GraphLowering(gm, args, name, user_outputs)
-    graph = prove_positions(lowering.run())  # gathers whose indices are known in range: no check
+    a backward graph); these keep eager's layouts. None: all of them. ``symbolic_sizes``: sizes
+    stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``."""
+    lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes)
+    graph = lowering.run()
+    if not symbolic_sizes:  # over symbolic sizes, every gather stays checked (issue 15)
+        graph = prove_positions(graph)  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs

@@ -22,7 +22,7 @@ from fusebackend import ir
 from fusebackend.ir import Constant, Expr, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.pointwise import remainder, round_half_even
-from fusebackend.lowering.registry import POINTWISE, Unsupported, register_composite, register_pointwise
+from fusebackend.lowering.registry import POINTWISE, Unsupported, register_composite, register_elementwise
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -49,7 +49,7 @@ def _unary(name: str, *aten_ops: Any) -> None:
         return op(name, *_float_operands(ctx, self))
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(*aten_ops)(lower)
+    register_elementwise(*aten_ops)(lower)
 
 
 for _name, _op in [
@@ -62,17 +62,17 @@ for _name, _op in [
     _unary(_name, _op)
 
 
-@register_pointwise(aten.atan2.default)
+@register_elementwise(aten.atan2.default)
 def atan2(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return op("atan2", *_float_operands(ctx, self, other))
 
 
-@register_pointwise(aten.hypot.default)
+@register_elementwise(aten.hypot.default)
 def hypot(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return op("hypot", *_float_operands(ctx, self, other, fp64=True))
 
 
-@register_pointwise(aten.polygamma.default, aten.special_polygamma.default)
+@register_elementwise(aten.polygamma.default, aten.special_polygamma.default)
 def polygamma(ctx: LoweringContext, n: int, self: Any) -> Expr:
     names = {0: "digamma", 1: "trigamma"}
     if n not in names:
@@ -83,7 +83,7 @@ def polygamma(ctx: LoweringContext, n: int, self: Any) -> Expr:
 # ------------------------------------------------------------------------ composed in IR ops
 
 
-@register_pointwise(aten.asin.default)
+@register_elementwise(aten.asin.default)
 def asin(ctx: LoweringContext, self: Any) -> Expr:
     # atan(x / sqrt(1 - x^2)), with 1 - x^2 as (1 - x)(1 + x): exact near +-1, where it matters
     (x,) = _float_operands(ctx, self)
@@ -91,7 +91,7 @@ def asin(ctx: LoweringContext, self: Any) -> Expr:
     return op("atan", op("truediv", x, op("sqrt", op("mul", op("sub", one, x), op("add", one, x)))))
 
 
-@register_pointwise(aten.acos.default)
+@register_elementwise(aten.acos.default)
 def acos(ctx: LoweringContext, self: Any) -> Expr:
     # 2 atan(sqrt((1 - x) / (1 + x))): keeps its digits near x = 1, where pi/2 - asin(x) cancels
     (x,) = _float_operands(ctx, self)
@@ -100,7 +100,7 @@ def acos(ctx: LoweringContext, self: Any) -> Expr:
     return op("mul", _const(2.0, x), op("atan", op("sqrt", ratio)))
 
 
-@register_pointwise(aten.cosh.default)
+@register_elementwise(aten.cosh.default)
 def cosh(ctx: LoweringContext, self: Any) -> Expr:
     # (e + 1/e) / 2 with e = exp(|x|) (no cancellation); past 88, where e overflows and cosh does
     # not yet, (exp(|x|/2) / 2) exp(|x|/2).
@@ -114,7 +114,7 @@ def cosh(ctx: LoweringContext, self: Any) -> Expr:
     return op("where", op("lt", ax, _const(88.0, x), dtype=torch.bool), near, far)
 
 
-@register_pointwise(aten.atanh.default)
+@register_elementwise(aten.atanh.default)
 def atanh(ctx: LoweringContext, self: Any) -> Expr:
     # log((1 + a) / (1 - a)) / 2 as log1p(2a / (1 - a)) / 2 for a = |x|, with x's sign: exact
     # near 0 and near +-1 (a negative argument of log1p near -1 would cancel); inf at 1, NaN
@@ -125,7 +125,7 @@ def atanh(ctx: LoweringContext, self: Any) -> Expr:
     return op("copysign", op("mul", _const(0.5, x), op("log1p", ratio)), x)
 
 
-@register_pointwise(aten.round.decimals)
+@register_elementwise(aten.round.decimals)
 def round_decimals(ctx: LoweringContext, self: Any, decimals: int = 0) -> Expr:
     # As ATen: round(x * 10^d) / 10^d, or round(x / 10^-d) * 10^-d for negative d, with 10^|d|
     # rounded once to the compute dtype (fp32 for half types too, as ATen's CPU kernel).
@@ -144,7 +144,7 @@ def round_decimals(ctx: LoweringContext, self: Any, decimals: int = 0) -> Expr:
 # -------------------------------------------------------------------- signs and NaN-aware max
 
 
-@register_pointwise(aten.signbit.default)
+@register_elementwise(aten.signbit.default)
 def signbit(ctx: LoweringContext, self: Any) -> Expr:
     if self.dtype == torch.bool:
         return Constant(False, torch.bool)
@@ -154,7 +154,7 @@ def signbit(ctx: LoweringContext, self: Any) -> Expr:
     return op("signbit", x, dtype=torch.bool)
 
 
-@register_pointwise(aten.copysign.Tensor, aten.copysign.Scalar)
+@register_elementwise(aten.copysign.Tensor, aten.copysign.Scalar)
 def copysign(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     x, y = _float_operands(ctx, self, other, fp64=True)
     if isinstance(y, Constant):  # the sign is known now: |x| or -|x|
@@ -178,7 +178,7 @@ def _nan_aware(name: str, keep: str, bool_op: str, aten_op: Any) -> None:
         return op("where", first, x, y)
 
     lower.__name__ = f"lower_f{name}"
-    register_pointwise(aten_op)(lower)
+    register_elementwise(aten_op)(lower)
 
 
 _nan_aware("maximum", "ge", "logical_or", aten.fmax.default)
@@ -188,7 +188,7 @@ _nan_aware("minimum", "le", "logical_and", aten.fmin.default)
 # --------------------------------------------------------------------- more float functions
 
 
-@register_pointwise(aten.special_spherical_bessel_j0.default)
+@register_elementwise(aten.special_spherical_bessel_j0.default)
 def spherical_bessel_j0(ctx: LoweringContext, x: Any) -> Expr:
     # sin(x) / x, and its series below 1/2 (through x^10, error 4e-14) where the quotient would
     # lose digits; 0 at +-inf
@@ -203,7 +203,7 @@ def spherical_bessel_j0(ctx: LoweringContext, x: Any) -> Expr:
     return op("where", op("isinf", v, dtype=torch.bool), _const(0.0, v), value)
 
 
-@register_pointwise(aten.angle.default)
+@register_elementwise(aten.angle.default)
 def angle(ctx: LoweringContext, self: Any) -> Expr:
     # of a real number: pi below zero, 0 otherwise (-0.0 included), NaN stays NaN
     if self.dtype.is_complex:
@@ -213,7 +213,7 @@ def angle(ctx: LoweringContext, self: Any) -> Expr:
     return op("where", op("isnan", x, dtype=torch.bool), x, pi)
 
 
-@register_pointwise(aten.ldexp.Tensor)
+@register_elementwise(aten.ldexp.Tensor)
 def ldexp(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     # x * 2^e rounded once, with no overflow or underflow on the way (ldexp(1e-30, 129) is finite)
     if not isinstance(other, TensorArg) or other.dtype.is_floating_point or other.dtype == torch.bool:
@@ -236,14 +236,14 @@ def frexp(b: GraphLowering, self: TensorArg) -> tuple[TensorArg, TensorArg]:
     return m, e
 
 
-@register_pointwise(aten.nextafter.default)
+@register_elementwise(aten.nextafter.default)
 def nextafter(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     if ctx.dtype not in (torch.float32, torch.float64):
         raise Unsupported(f"nextafter in {ctx.dtype} (steps in that type's own bits)")
     return op("nextafter", ctx.value(self, ctx.dtype), ctx.value(other, ctx.dtype))
 
 
-@register_pointwise(prims.scalar_tensor.default)
+@register_elementwise(prims.scalar_tensor.default)
 def prims_scalar_tensor(ctx: LoweringContext, s: Any, dtype: Any = None, device: Any = None) -> Expr:
     if device is not None and torch.device(device) != ctx.device:
         raise Unsupported("constant on another device")
@@ -251,9 +251,9 @@ def prims_scalar_tensor(ctx: LoweringContext, s: Any, dtype: Any = None, device:
 
 
 # A scalar first argument (``5 % t``, ``3 & t``): the same lowerings as for two tensors.
-register_pointwise(aten.remainder.Scalar_Tensor)(remainder)
+register_elementwise(aten.remainder.Scalar_Tensor)(remainder)
 for _packet in (aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor):
-    register_pointwise(_packet.Scalar_Tensor)(POINTWISE[_packet.Tensor])
+    register_elementwise(_packet.Scalar_Tensor)(POINTWISE[_packet.Tensor])
 
 
 # --------------------------------------------------------------------------------- integers
@@ -284,24 +284,24 @@ def _shift(ctx: LoweringContext, self: Any, other: Any, left: bool) -> Expr:
     return op("rshift", a, op("where", bad, Constant(width - 1, a.dtype), b))
 
 
-@register_pointwise(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
+@register_elementwise(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
                     aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor)
 def left_shift(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return _shift(ctx, self, other, left=True)
 
 
-@register_pointwise(aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
+@register_elementwise(aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
                     aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor)
 def right_shift(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return _shift(ctx, self, other, left=False)
 
 
-@register_pointwise(aten.gcd.default)
+@register_elementwise(aten.gcd.default)
 def gcd(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return op("gcd", *_integer_operands(ctx, self, other))
 
 
-@register_pointwise(aten.lcm.default)
+@register_elementwise(aten.lcm.default)
 def lcm(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     # |a / gcd(a, b) * b|, and 0 where both are 0
     a, b = _integer_operands(ctx, self, other)

@@ -17,7 +17,7 @@ import torch
 from fusebackend import ir
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext
-from fusebackend.lowering.registry import Unsupported, register_pointwise
+from fusebackend.lowering.registry import Unsupported, register_elementwise, register_pointwise
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -41,25 +41,25 @@ def _scaled(ctx: LoweringContext, value: Expr, alpha: Any) -> Expr:
 # ----------------------------------------------------------------------------- arithmetic
 
 
-@register_pointwise(aten.add.Tensor, aten.add.Scalar)
+@register_elementwise(aten.add.Tensor, aten.add.Scalar)
 def add(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
     a, b = _operands(ctx, self, other)
     return op("add", a, _scaled(ctx, b, alpha))
 
 
-@register_pointwise(aten.sub.Tensor, aten.sub.Scalar)
+@register_elementwise(aten.sub.Tensor, aten.sub.Scalar)
 def sub(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
     a, b = _operands(ctx, self, other)
     return op("sub", a, _scaled(ctx, b, alpha))
 
 
-@register_pointwise(aten.rsub.Tensor, aten.rsub.Scalar)
+@register_elementwise(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
     a, b = _operands(ctx, self, other)
     return op("sub", b, _scaled(ctx, a, alpha))
 
 
-@register_pointwise(aten.mul.Tensor, aten.mul.Scalar)
+@register_elementwise(aten.mul.Tensor, aten.mul.Scalar)
 def mul(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     if ctx.dtype == torch.bool:
         return op("logical_and", *(ctx.value(x, torch.bool) for x in (self, other)))
@@ -91,7 +91,7 @@ def _trunc(x: Expr) -> Expr:
     return op("where", op("lt", x, Constant(0.0, x.dtype), dtype=torch.bool), op("ceil", x), op("floor", x))
 
 
-@register_pointwise(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@register_elementwise(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div(ctx: LoweringContext, self: Any, other: Any, rounding_mode: str | None = None) -> Expr:
     a, b = _operands(ctx, self, other)
     if rounding_mode is None:
@@ -103,41 +103,41 @@ def div(ctx: LoweringContext, self: Any, other: Any, rounding_mode: str | None =
     raise Unsupported(f"rounding_mode={rounding_mode}")
 
 
-@register_pointwise(aten.floor_divide.default, aten.floor_divide.Scalar)
+@register_elementwise(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     return _floor_div(*_operands(ctx, self, other))
 
 
-@register_pointwise(aten.remainder.Tensor, aten.remainder.Scalar)
+@register_elementwise(aten.remainder.Tensor, aten.remainder.Scalar)
 def remainder(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     a, b = _operands(ctx, self, other)
     r = op("fmod", a, b) if a.dtype.is_floating_point else op("int_truncmod", a, b)
     return op("where", _signs_differ(r, b), op("add", r, b), r)
 
 
-@register_pointwise(aten.fmod.Tensor, aten.fmod.Scalar)
+@register_elementwise(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     a, b = _operands(ctx, self, other)
     return op("fmod", a, b) if a.dtype.is_floating_point else op("int_truncmod", a, b)
 
 
-@register_pointwise(aten.neg.default)
+@register_elementwise(aten.neg.default)
 def neg(ctx: LoweringContext, self: Any) -> Expr:
     return op("neg", *_operands(ctx, self))
 
 
-@register_pointwise(aten.abs.default)
+@register_elementwise(aten.abs.default)
 def abs_(ctx: LoweringContext, self: Any) -> Expr:
     return op("abs", *_operands(ctx, self))
 
 
-@register_pointwise(aten.reciprocal.default)
+@register_elementwise(aten.reciprocal.default)
 def reciprocal(ctx: LoweringContext, self: Any) -> Expr:
     (x,) = _operands(ctx, self)
     return op("truediv", Constant(1.0, x.dtype), x)
 
 
-@register_pointwise(aten.sign.default, aten.sgn.default)
+@register_elementwise(aten.sign.default, aten.sgn.default)
 def sign(ctx: LoweringContext, self: Any) -> Expr:
     if ctx.dtype == torch.bool:
         return ctx.value(self, torch.bool)
@@ -148,14 +148,14 @@ def sign(ctx: LoweringContext, self: Any) -> Expr:
     return op("sub", pos, negative)  # (0 < x) - (x < 0): sign(nan) is 0, as in eager
 
 
-@register_pointwise(aten.maximum.default)
+@register_elementwise(aten.maximum.default)
 def maximum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     if ctx.dtype == torch.bool:
         return op("logical_or", *(ctx.value(x, torch.bool) for x in (self, other)))
     return op("maximum", *_operands(ctx, self, other))
 
 
-@register_pointwise(aten.minimum.default)
+@register_elementwise(aten.minimum.default)
 def minimum(ctx: LoweringContext, self: Any, other: Any) -> Expr:
     if ctx.dtype == torch.bool:
         return op("logical_and", *(ctx.value(x, torch.bool) for x in (self, other)))
@@ -183,7 +183,7 @@ def _clamp(x: Expr, lo: Expr | None, hi: Expr | None, nan_scalar_wins: bool = Tr
     return x
 
 
-@register_pointwise(aten.clamp.default, aten.clamp.Tensor)
+@register_elementwise(aten.clamp.default, aten.clamp.Tensor)
 def clamp(ctx: LoweringContext, self: Any, min: Any = None, max: Any = None) -> Expr:
     if ctx.dtype == torch.bool:
         raise Unsupported("clamp of bool")
@@ -194,22 +194,22 @@ def clamp(ctx: LoweringContext, self: Any, min: Any = None, max: Any = None) -> 
     return _clamp(x, lo, hi, nan_scalar_wins=ctx.device.type != "cuda")
 
 
-@register_pointwise(aten.clamp_min.default, aten.clamp_min.Tensor)
+@register_elementwise(aten.clamp_min.default, aten.clamp_min.Tensor)
 def clamp_min(ctx: LoweringContext, self: Any, min: Any) -> Expr:
     return clamp(ctx, self, min=min)
 
 
-@register_pointwise(aten.clamp_max.default, aten.clamp_max.Tensor)
+@register_elementwise(aten.clamp_max.default, aten.clamp_max.Tensor)
 def clamp_max(ctx: LoweringContext, self: Any, max: Any) -> Expr:
     return clamp(ctx, self, max=max)
 
 
-@register_pointwise(aten.hardtanh.default)
+@register_elementwise(aten.hardtanh.default)
 def hardtanh(ctx: LoweringContext, self: Any, min_val: Any = -1, max_val: Any = 1) -> Expr:
     return clamp(ctx, self, min=min_val, max=max_val)
 
 
-@register_pointwise(aten.relu.default)
+@register_elementwise(aten.relu.default)
 def relu(ctx: LoweringContext, self: Any) -> Expr:
     return clamp(ctx, self, min=0)
 
@@ -224,7 +224,7 @@ def _unary(name: str, *ops_: Any) -> None:
         return op(name, *_operands(ctx, self))
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(*ops_)(lower)
+    register_elementwise(*ops_)(lower)
 
 
 for _name, _op in [
@@ -237,13 +237,13 @@ for _name, _op in [
     _unary(_name, _op)
 
 
-@register_pointwise(aten.log10.default)
+@register_elementwise(aten.log10.default)
 def log10(ctx: LoweringContext, self: Any) -> Expr:
     (x,) = _operands(ctx, self)
     return op("mul", op("log2", x), Constant(math.log10(2.0), x.dtype))
 
 
-@register_pointwise(aten.tan.default)
+@register_elementwise(aten.tan.default)
 def tan(ctx: LoweringContext, self: Any) -> Expr:
     (x,) = _operands(ctx, self)
     return op("truediv", op("sin", x), op("cos", x))
@@ -259,7 +259,7 @@ def _rounding(name: str, aten_op: Any) -> None:
         return op(name, x)
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(aten_op)(lower)
+    register_elementwise(aten_op)(lower)
 
 
 _rounding("floor", aten.floor.default)
@@ -283,7 +283,7 @@ def round_half_even(x: Expr) -> Expr:
     return op("where", op("eq", r, zero, dtype=torch.bool), op("mul", x, zero), r)
 
 
-@register_pointwise(aten.round.default)
+@register_elementwise(aten.round.default)
 def round_(ctx: LoweringContext, self: Any) -> Expr:
     (x,) = _operands(ctx, self)
     if not x.dtype.is_floating_point:
@@ -291,7 +291,7 @@ def round_(ctx: LoweringContext, self: Any) -> Expr:
     return round_half_even(x)
 
 
-@register_pointwise(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+@register_elementwise(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def pow_(ctx: LoweringContext, self: Any, exponent: Any) -> Expr:
     dtype = _compute(ctx)
     x = ctx.value(self, dtype)
@@ -338,7 +338,7 @@ def _comparison(name: str, *aten_ops: Any) -> None:
         return op(name, ctx.value(self, dtype), ctx.value(other, dtype), dtype=torch.bool)
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(*aten_ops)(lower)
+    register_elementwise(*aten_ops)(lower)
 
 
 _comparison("eq", aten.eq.Tensor, aten.eq.Scalar)
@@ -354,7 +354,7 @@ def _logical(name: str, *aten_ops: Any) -> None:
         return op(name, ctx.value(self, torch.bool), ctx.value(other, torch.bool), dtype=torch.bool)
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(*aten_ops)(lower)
+    register_elementwise(*aten_ops)(lower)
 
 
 _logical("logical_and", aten.logical_and.default)
@@ -362,7 +362,7 @@ _logical("logical_or", aten.logical_or.default)
 _logical("logical_xor", aten.logical_xor.default)
 
 
-@register_pointwise(aten.logical_not.default)
+@register_elementwise(aten.logical_not.default)
 def logical_not(ctx: LoweringContext, self: Any) -> Expr:
     return op("logical_not", ctx.value(self, torch.bool), dtype=torch.bool)
 
@@ -376,7 +376,7 @@ def _bitwise(name: str, logical: str, *aten_ops: Any) -> None:
         return op(name, *_operands(ctx, self, other))
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(*aten_ops)(lower)
+    register_elementwise(*aten_ops)(lower)
 
 
 _bitwise("bitwise_and", "logical_and", aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
@@ -384,14 +384,14 @@ _bitwise("bitwise_or", "logical_or", aten.bitwise_or.Tensor, aten.bitwise_or.Sca
 _bitwise("bitwise_xor", "logical_xor", aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
 
 
-@register_pointwise(aten.bitwise_not.default)
+@register_elementwise(aten.bitwise_not.default)
 def bitwise_not(ctx: LoweringContext, self: Any) -> Expr:
     if ctx.dtype == torch.bool:
         return op("logical_not", ctx.value(self, torch.bool), dtype=torch.bool)
     return op("bitwise_not", *_operands(ctx, self))
 
 
-@register_pointwise(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+@register_elementwise(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(ctx: LoweringContext, condition: Any, self: Any, other: Any) -> Expr:
     dtype = _compute(ctx) if ctx.dtype != torch.bool else torch.bool
     return op("where", ctx.value(condition, torch.bool), ctx.value(self, dtype), ctx.value(other, dtype), dtype=dtype)
@@ -405,7 +405,7 @@ def _float_test(name: str, aten_op: Any) -> None:
         return op(name, x, dtype=torch.bool)
 
     lower.__name__ = f"lower_{name}"
-    register_pointwise(aten_op)(lower)
+    register_elementwise(aten_op)(lower)
 
 
 _float_test("isnan", aten.isnan.default)
@@ -415,12 +415,12 @@ _float_test("isinf", aten.isinf.default)
 # --------------------------------------------------------------- copies, casts, constants
 
 
-@register_pointwise(aten.clone.default)
+@register_elementwise(aten.clone.default)
 def clone(ctx: LoweringContext, self: Any, memory_format: Any = None) -> Expr:
     return ctx.load(self)
 
 
-@register_pointwise(aten._to_copy.default)
+@register_elementwise(aten._to_copy.default)
 def to_copy(
     ctx: LoweringContext, self: Any, dtype: Any = None, layout: Any = None, device: Any = None,
     pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None,
@@ -430,17 +430,17 @@ def to_copy(
     return ctx.value(self, ctx.dtype)
 
 
-@register_pointwise(prims.convert_element_type.default)
+@register_elementwise(prims.convert_element_type.default)
 def convert_element_type(ctx: LoweringContext, a: Any, dtype: Any) -> Expr:
     return ctx.value(a, ctx.dtype)
 
 
-@register_pointwise(aten.copy.default)
+@register_elementwise(aten.copy.default)
 def copy(ctx: LoweringContext, self: Any, src: Any, non_blocking: bool = False) -> Expr:
     return ctx.value(src, ctx.dtype)
 
 
-@register_pointwise(aten.lift_fresh_copy.default)
+@register_elementwise(aten.lift_fresh_copy.default)
 def lift_fresh_copy(ctx: LoweringContext, self: Any) -> Expr:
     return ctx.load(self)
 
@@ -450,7 +450,7 @@ def _factory_device_ok(ctx: LoweringContext, device: Any) -> None:
         raise Unsupported("constant on another device")
 
 
-@register_pointwise(aten.full.default)
+@register_elementwise(aten.full.default)
 def full(
     ctx: LoweringContext, size: Any, fill_value: Any, dtype: Any = None, layout: Any = None,
     device: Any = None, pin_memory: Any = None,
@@ -459,7 +459,7 @@ def full(
     return Constant(ir._convert_scalar(fill_value, ctx.dtype), ctx.dtype)
 
 
-@register_pointwise(aten.full_like.default)
+@register_elementwise(aten.full_like.default)
 def full_like(
     ctx: LoweringContext, self: Any, fill_value: Any, dtype: Any = None, layout: Any = None,
     device: Any = None, pin_memory: Any = None, memory_format: Any = None,
@@ -468,7 +468,7 @@ def full_like(
     return Constant(ir._convert_scalar(fill_value, ctx.dtype), ctx.dtype)
 
 
-@register_pointwise(aten.scalar_tensor.default)
+@register_elementwise(aten.scalar_tensor.default)
 def scalar_tensor(
     ctx: LoweringContext, s: Any, dtype: Any = None, layout: Any = None, device: Any = None,
     pin_memory: Any = None,
@@ -477,12 +477,12 @@ def scalar_tensor(
     return Constant(ir._convert_scalar(s, ctx.dtype), ctx.dtype)
 
 
-@register_pointwise(aten.fill.Scalar)
+@register_elementwise(aten.fill.Scalar)
 def fill(ctx: LoweringContext, self: Any, value: Any) -> Expr:
     return Constant(ir._convert_scalar(value, ctx.dtype), ctx.dtype)
 
 
-@register_pointwise(aten.arange.start_step)
+@register_elementwise(aten.arange.start_step)
 def arange(
     ctx: LoweringContext, start: Any, end: Any, step: Any = 1, dtype: Any = None, layout: Any = None,
     device: Any = None, pin_memory: Any = None,

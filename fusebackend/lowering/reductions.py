@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from fusebackend import ir
+from fusebackend import ir, sizevars
 from fusebackend.ir import Constant, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite
@@ -52,32 +52,32 @@ def _reduce_simple(b: GraphLowering, x: TensorArg, dim: Any, keepdim: bool, rtyp
     return b.reduce(x, _dims(x, dim), keepdim, rtype, out_dtype, lambda ctx: ctx.value(x, acc), _out_strides(b))
 
 
-@register_composite(aten.sum.dim_IntList, aten.sum.default)
+@register_composite(aten.sum.dim_IntList, aten.sum.default, symbolic=True)
 def sum_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
     return _reduce_simple(b, self, dim, keepdim, "sum")
 
 
-@register_composite(aten.prod.dim_int, aten.prod.default)
+@register_composite(aten.prod.dim_int, aten.prod.default, symbolic=True)
 def prod(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
     return _reduce_simple(b, self, dim, keepdim, "prod")
 
 
-@register_composite(aten.amax.default)
+@register_composite(aten.amax.default, symbolic=True)
 def amax(b: GraphLowering, self: TensorArg, dim: Any = (), keepdim: bool = False) -> TensorArg:
     return _reduce_simple(b, self, dim, keepdim, "max")
 
 
-@register_composite(aten.amin.default)
+@register_composite(aten.amin.default, symbolic=True)
 def amin(b: GraphLowering, self: TensorArg, dim: Any = (), keepdim: bool = False) -> TensorArg:
     return _reduce_simple(b, self, dim, keepdim, "min")
 
 
-@register_composite(aten.any.dim, aten.any.dims, aten.any.default)
+@register_composite(aten.any.dim, aten.any.dims, aten.any.default, symbolic=True)
 def any_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
     return _reduce_simple(b, self, dim, keepdim, "any")
 
 
-@register_composite(aten.all.dim, aten.all.dims, aten.all.default)
+@register_composite(aten.all.dim, aten.all.dims, aten.all.default, symbolic=True)
 def all_(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False) -> TensorArg:
     # all(x) = not any(not x)
     dims = _dims(self, dim)
@@ -139,7 +139,7 @@ _extreme("max")
 _extreme("min")
 
 
-@register_composite(aten.mean.dim, aten.mean.default)
+@register_composite(aten.mean.dim, aten.mean.default, symbolic=True)
 def mean(b: GraphLowering, self: TensorArg, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> TensorArg:
     out_dtype = _out_dtype(b)
     if not out_dtype.is_floating_point:
@@ -154,11 +154,22 @@ def _mean(
     acc = ir.compute_dtype(out_dtype)
     count = math.prod(x.sizes[d] for d in dims) if x.sizes else 1
     total = b.reduce(x, dims, keepdim, "sum", acc, lambda ctx: ctx.value(x, acc))
-    scale = 1.0 / count if count else math.nan
+    scale = _reciprocal(count, 0, acc, math.nan)
     return b.pointwise(
         _reduced_sizes(x.sizes, dims, keepdim), out_dtype,
-        lambda ctx: op("mul", ctx.value(total, acc), Constant(scale, acc)), strides,
+        lambda ctx: op("mul", ctx.value(total, acc), scale), strides,
     )
+
+
+def _reciprocal(count: Any, correction: float, acc: torch.dtype, at_zero: float) -> ir.Expr:
+    """``1 / (count - correction)`` (``at_zero`` where that is not positive) as a value of
+    ``acc``: a constant, or over a symbolic count (issue 15) computed in the kernel from it."""
+    if not sizevars.symbolic([count]):
+        denom = max(count - correction, 0)
+        return Constant(1.0 / denom if denom else at_zero, acc)
+    if correction != int(correction) or not sizevars.known_le(int(correction) + 1, count):
+        raise sizevars.NotSymbolic(f"1 / ({count} - {correction}): not known to be positive")
+    return op("truediv", Constant(1.0, acc), cast(ir.IndexValue(count - int(correction), torch.int64), acc))
 
 
 def _variance(
@@ -174,7 +185,7 @@ def _variance(
     split = _split_variance(b, x, dims, count, acc)
     if split is not None:
         m2, total = (_reshaped(t, sizes) for t in split)
-        mean = lambda ctx: op("mul", ctx.value(total, acc), Constant(1.0 / count, acc))  # noqa: E731
+        mean = lambda ctx: op("mul", ctx.value(total, acc), _reciprocal(count, 0, acc, math.nan))  # noqa: E731
     else:
         # the mean kept with keepdim so that it broadcasts back over the reduced dims
         mean_kept = _mean(b, x, dims, True, acc, None)
@@ -185,9 +196,8 @@ def _variance(
 
         m2 = b.reduce(x, dims, keepdim, "sum", acc, deviation_squared)
         mean = lambda ctx: ctx.value(_reshaped(mean_kept, sizes), acc)  # noqa: E731
-    denom = max(count - correction, 0)
-    scale = 1.0 / denom if denom else math.inf
-    var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), Constant(scale, acc)), strides)
+    scale = _reciprocal(count, correction, acc, math.inf)
+    var = b.pointwise(sizes, out_dtype, lambda ctx: op("mul", ctx.value(m2, acc), scale), strides)
     mean_out = b.pointwise(sizes, out_dtype, mean, mean_strides) if want_mean else None
     return var, mean_out
 
@@ -233,7 +243,7 @@ def _reshaped(arg: TensorArg, sizes: tuple[int, ...]) -> TensorArg:
     if tuple(arg.sizes) == sizes:
         return arg
     view = ir.View(arg.view.buffer, sizes, _contig(sizes), arg.view.offset)
-    return TensorArg(view, torch.empty(sizes, dtype=arg.dtype, device="meta"))
+    return TensorArg(view, torch.empty([sizevars.size_hint(s) for s in sizes], dtype=arg.dtype, device="meta"))
 
 
 def _contig(sizes: tuple[int, ...]) -> tuple[int, ...]:
@@ -248,13 +258,13 @@ def _correction(correction: Any, unbiased: Any = None) -> float:
     return float(correction)
 
 
-@register_composite(aten.var.correction)
+@register_composite(aten.var.correction, symbolic=True)
 def var(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False) -> TensorArg:
     v, _ = _variance(b, self, _dims(self, dim), _correction(correction), keepdim, _out_dtype(b), _out_strides(b))
     return v
 
 
-@register_composite(aten.var_mean.correction)
+@register_composite(aten.var_mean.correction, symbolic=True)
 def var_mean(
     b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False
 ) -> tuple[TensorArg, TensorArg]:
@@ -266,7 +276,7 @@ def var_mean(
     return v, m
 
 
-@register_composite(aten.std.correction)
+@register_composite(aten.std.correction, symbolic=True)
 def std(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = None, keepdim: bool = False) -> TensorArg:
     out_dtype = _out_dtype(b)
     acc = ir.compute_dtype(out_dtype)
@@ -274,7 +284,7 @@ def std(b: GraphLowering, self: TensorArg, dim: Any = None, correction: Any = No
     return b.pointwise(v.sizes, out_dtype, lambda ctx: op("sqrt", ctx.value(v, acc)), _out_strides(b))
 
 
-@register_composite(aten.linalg_vector_norm.default)
+@register_composite(aten.linalg_vector_norm.default, symbolic=True)
 def vector_norm(
     b: GraphLowering, self: TensorArg, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None
 ) -> TensorArg:

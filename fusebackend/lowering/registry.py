@@ -21,13 +21,15 @@ Lowering = Callable[..., Any]
 
 POINTWISE: dict[torch._ops.OpOverload, Lowering] = {}
 COMPOSITE: dict[torch._ops.OpOverload, Lowering] = {}
+# lowerings that build right over symbolic sizes (issue 15: ``symbolic_sizes.py``)
+SYMBOLIC: set[torch._ops.OpOverload] = set()
 
 
 class Unsupported(Exception):
     """This op (or this use of it) has no lowering; it falls back to the ATen call."""
 
 
-def _register(table: dict, ops: tuple[Any, ...]) -> Callable[[Lowering], Lowering]:
+def _register(table: dict, ops: tuple[Any, ...], symbolic: bool = False) -> Callable[[Lowering], Lowering]:
     def decorator(fn: Lowering) -> Lowering:
         for op in ops:
             overloads = (
@@ -39,19 +41,29 @@ def _register(table: dict, ops: tuple[Any, ...]) -> Callable[[Lowering], Lowerin
                 if overload in POINTWISE or overload in COMPOSITE:
                     raise RuntimeError(f"a lowering for {overload} is already registered")
                 table[overload] = fn
+                if symbolic:
+                    SYMBOLIC.add(overload)
         return fn
 
     return decorator
 
 
-def register_pointwise(*ops: Any) -> Callable[[Lowering], Lowering]:
-    """Register a pointwise lowering for op overloads (or every overload of a packet)."""
-    return _register(POINTWISE, ops)
+def register_pointwise(*ops: Any, symbolic: bool = False) -> Callable[[Lowering], Lowering]:
+    """Register a pointwise lowering for op overloads (or every overload of a packet);
+    ``symbolic``: as ``register_elementwise``."""
+    return _register(POINTWISE, ops, symbolic)
 
 
-def register_composite(*ops: Any) -> Callable[[Lowering], Lowering]:
-    """Register a lowering that builds several nodes (reductions, normalizations...)."""
-    return _register(COMPOSITE, ops)
+def register_elementwise(*ops: Any) -> Callable[[Lowering], Lowering]:
+    """Register a pointwise lowering that reads its arguments at the output's index and uses
+    no size: right over symbolic sizes too (``SYMBOLIC``)."""
+    return _register(POINTWISE, ops, True)
+
+
+def register_composite(*ops: Any, symbolic: bool = False) -> Callable[[Lowering], Lowering]:
+    """Register a lowering that builds several nodes (reductions, normalizations...);
+    ``symbolic``: it builds right over symbolic sizes too (``SYMBOLIC``)."""
+    return _register(COMPOSITE, ops, symbolic)
 
 
 def bind_arguments(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -68,3 +80,11 @@ def bind_arguments(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict
         else:
             raise Unsupported(f"{op}: missing argument {arg.name}")
     return bound
+
+
+def is_view_op(op: torch._ops.OpOverload) -> bool:
+    schema = op._schema
+    if schema.is_mutable or not schema.returns:
+        return False
+    info = schema.returns[0].alias_info
+    return info is not None and not info.is_write

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir
 from fusebackend.lowering.registry import Unsupported
@@ -38,10 +39,13 @@ class LoweringContext:
         out_meta: torch.Tensor,
         device: torch.device,
         index: Sequence[Any] | None = None,
+        sizes: Sequence[Any] | None = None,
     ) -> None:
+        """``sizes``: the output's sizes where they are symbolic (``out_meta`` has them at the
+        hints)."""
         self.out_meta = out_meta
         self.device = device
-        self.sizes = tuple(out_meta.shape)
+        self.sizes = tuple(out_meta.shape) if sizes is None else tuple(sizes)
         self.dtype = out_meta.dtype
         # the output's index: its own loop variables, or (inside a reduction) a given index
         self.vars = tuple(index) if index is not None else indexing.loop_vars("i", len(self.sizes))
@@ -79,3 +83,16 @@ class LoweringContext:
             *metas, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
         )
         return result
+
+
+def beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
+    """Why an op must stay an ATen call whatever its lowering: a tensor kernels cannot hold
+    (``ir.KERNEL_DTYPES``), a conjugate or negative bit, or a view to another dtype."""
+    ins = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
+    outs = [t for t in pytree.tree_leaves(out_meta) if isinstance(t, torch.Tensor)]
+    for t in ins + outs:
+        if t.dtype not in ir.KERNEL_DTYPES:
+            return f"a {t.dtype} tensor"
+        if t.is_conj() or t.is_neg():
+            return "a tensor with a conjugate or negative bit"
+    return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Mapping
 
 from fusebackend import ir
+from fusebackend.sizevars import size_hint
 
 
 # A kernel that moves this little (1 MiB: about a quarter of a microsecond at an H200's copy
@@ -91,9 +92,9 @@ class TrafficModel:
             accesses = [(v, v.distinct_elements()) for v in node.reads()]
         else:
             # a gather reads one element per evaluation of its body (of a scatter: per value)
-            per = node.numel if isinstance(node, ir.Scatter) else _evaluations(node)
+            per = size_hint(node.numel) if isinstance(node, ir.Scatter) else _evaluations(node)
             accesses = [
-                (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(ld.view.numel, per))
+                (ld.view, ld.view.distinct_elements() if isinstance(ld, ir.Load) else min(size_hint(ld.view.numel), per))
                 for ld in ir.node_loads(node)
             ]
         out = []
@@ -125,7 +126,7 @@ class TrafficModel:
             buf = view_buffer[key]
             buffers[buf.name] = buf
             elements[buf.name] = elements.get(buf.name, 0) + count
-        return {k: min(elements[k], buffers[k].numel) * buffers[k].dtype.itemsize for k in sorted(elements)}
+        return {k: min(elements[k], size_hint(buffers[k].numel)) * buffers[k].dtype.itemsize for k in sorted(elements)}
 
     def positions_read(self, node: ir.Node) -> dict[str, int]:
         """``positions_read(node)`` for a node of the model's graph, computed once."""
@@ -151,8 +152,8 @@ class TrafficModel:
         the node that wrote the target counts in full)."""
         node = self.nodes[self.written_by[buf.name]]
         if isinstance(node, ir.Scatter):
-            return min(node.numel, buf.numel) * buf.dtype.itemsize
-        return buf.nbytes
+            return min(size_hint(node.numel), size_hint(buf.numel)) * buf.dtype.itemsize
+        return size_hint(buf.nbytes)
 
     def bytes_saved(self, a: Iterable[str], b: Iterable[str]) -> int:
         a, b = list(a), list(b)
@@ -162,19 +163,19 @@ class TrafficModel:
 def _evaluations(node: ir.Pointwise | ir.Reduction) -> int:
     """How many times a node evaluates its body: once per element, and per reduced position."""
     if isinstance(node, ir.Reduction):
-        return node.buffer.numel * node.reduction_numel
-    return node.buffer.numel
+        return size_hint(node.buffer.numel * node.reduction_numel)
+    return size_hint(node.buffer.numel)
 
 
 def graph_floor(graph: ir.IRGraph, readers: Mapping[str, set[str]]) -> int:
     """Each graph input that some node reads, read once, plus each graph output written once
     (and each input written in place, once)."""
-    total = sum(b.nbytes for b in graph.input_buffers() if readers.get(b.name))
+    total = sum(size_hint(b.nbytes) for b in graph.input_buffers() if readers.get(b.name))
     outs = {o.buffer.name: o.buffer for o in graph.outputs if isinstance(o, ir.View)}
     outs.update((n.buffer.name, n.buffer) for n in graph.nodes
                 if isinstance(n, ir.Pointwise) and n.buffer.name in graph.mutations)
     inputs = {b.name for b in graph.input_buffers()}
-    return total + sum(b.nbytes for name, b in outs.items() if name not in inputs)
+    return total + sum(size_hint(b.nbytes) for name, b in outs.items() if name not in inputs)
 
 
 # The arithmetic a fusion may add per byte of memory traffic it saves. A kernel evaluates a
@@ -230,14 +231,14 @@ def window_recompute(nodes: Iterable[ir.Node],
     for node in nodes:
         if not isinstance(node, (ir.Pointwise, ir.Reduction, ir.Scan)):
             continue
-        evaluations = node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1)
+        evaluations = size_hint(node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1))
         for name, count in positions(node).items():
             if count < 2 or name not in pointwise:
                 continue
             producer = pointwise[name].buffer
             ops = _varying_ops(pointwise[name], pointwise)
-            extra = (count * evaluations - producer.numel) * ops
-            saved = 2 * producer.numel * producer.dtype.itemsize  # its write and its read
+            extra = (count * evaluations - size_hint(producer.numel)) * ops
+            saved = 2 * size_hint(producer.numel) * producer.dtype.itemsize  # its write and its read
             if extra > OPS_PER_BYTE_SAVED * saved:
                 return (f"{node.name} reads {name} at {count} positions: {ops} operations an element "
                         f"recomputed, {extra / max(saved, 1):.0f} per byte saved (most {OPS_PER_BYTE_SAVED})")
@@ -249,7 +250,7 @@ def _varying_ops(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) 
     a value of its own size: those a window computes again at each position. A value read from
     a smaller tensor (a per-channel one, or an in-kernel node of fewer elements) is the same at
     every position, and is computed once."""
-    size = producer.buffer.numel
+    size = size_hint(producer.buffer.numel)
     varying: set[ir.Op] = set()
     memo: dict[int, bool] = {}
 
@@ -259,7 +260,7 @@ def _varying_ops(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) 
         if isinstance(e, ir.Load):
             inner = pointwise.get(e.view.buffer.name)
             if inner is not None:
-                out = inner.buffer.numel >= size and visit(inner.body)
+                out = size_hint(inner.buffer.numel) >= size and visit(inner.body)
             else:
                 out = e.view.distinct_elements() >= size
         elif isinstance(e, ir.IndirectLoad):

@@ -23,6 +23,7 @@ from fusebackend import ir
 from fusebackend.config import config
 from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.space import SpaceError, plan_space
+from fusebackend.sizevars import size_hint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,7 +321,7 @@ def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
         if isinstance(node, ir.Scan):  # rows and positions, like a reduction's
             positions = node.buffer.sizes[node.dim]
             return (node.buffer.numel // max(positions, 1), positions)
-    return (max(n.buffer.numel for n in nodes if isinstance(n, ir.Pointwise)),)
+    return (max((n.buffer.numel for n in nodes if isinstance(n, ir.Pointwise)), key=size_hint),)
 
 
 def _may_share_space(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

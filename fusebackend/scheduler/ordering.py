@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from fusebackend import ir
 from fusebackend.scheduler.cost_model import TrafficModel
+from fusebackend.sizevars import size_hint
 
 if TYPE_CHECKING:
     from fusebackend.scheduler.fusion import Groups
@@ -86,7 +87,7 @@ def footprints(groups: Groups, model: TrafficModel, order: list[str]) -> Footpri
             out = [] if ir.may_alias_arguments(nodes[0]) else [b for _, b in nodes[0].outputs]
         else:
             out = model.stored(members)
-        made[g] = {b.name: ir.storage_numel(b) * b.dtype.itemsize for b in out}
+        made[g] = {b.name: size_hint(ir.storage_numel(b) * b.dtype.itemsize) for b in out}  # symbolic: at the hints
     owner = {name: g for g, bufs in made.items() for name in bufs}
     reads: dict[str, set[str]] = {}
     for g in order:

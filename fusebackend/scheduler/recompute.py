@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 
 from fusebackend import ir
+from fusebackend.sizevars import size_hint
 from fusebackend.inlining import substitute, substitute_gathered
 from fusebackend.scheduler.cost_model import positions_read
 
@@ -232,7 +233,7 @@ def _cheap(expanded: ir.Pointwise) -> bool:
     # bytes read per element written; a broadcast view (fewer distinct elements) is served by cache
     per_element = sum(
         ld.view.dtype.itemsize for ld in {ld.view: ld for ld in loads}.values()
-        if ld.view.distinct_elements() >= expanded.buffer.numel
+        if ld.view.distinct_elements() >= size_hint(expanded.buffer.numel)
     )
     return per_element <= expanded.buffer.dtype.itemsize
 

@@ -32,6 +32,7 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.inlining import producer_index
+from fusebackend.sizevars import size_hint
 
 X = indexing.var("xindex")
 R = indexing.var("rindex")
@@ -102,8 +103,8 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
         # of being a kernel of its own.
         numels = {n.buffer.numel for n in nodes if n.name in stored}
         if len(numels) > 1:
-            raise SpaceError(f"iteration spaces differ ({' vs '.join(map(str, sorted(numels)))} elements)")
-        numel = numels.pop() if numels else max(n.buffer.numel for n in nodes)
+            raise SpaceError(f"iteration spaces differ ({' vs '.join(map(str, sorted(numels, key=size_hint)))} elements)")
+        numel = numels.pop() if numels else max((n.buffer.numel for n in nodes), key=size_hint)
         ranges = {X: max(numel, 1)}
         mapping = {n.name: _row_mapping(n.buffer, ranges) for n in nodes if n.name in stored}
         space = KernelSpace(numel, 1, None, mapping)

@@ -1,0 +1,137 @@
+"""Lowering over symbolic sizes (issue 15): what ``GraphLowering`` does with an ATen op of a graph
+compiled for every value of its symbols (``lower(symbolic_sizes=True)``).
+
+The IR keeps the traced sizes (sympy expressions in Dynamo's symbols, ``sizevars.to_sympy``);
+ATen's meta functions run at the hints (the sizes of the call being compiled), and every choice
+they make (a result's layout) is carried over to the symbolic sizes only where it holds for
+every value (``sizevars.dense_strides``). What cannot be lowered so raises ``NotSymbolic``, and
+the graph is compiled once per shape instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from fusebackend import indexing, ir, sizevars
+from fusebackend.lowering import layouts
+from fusebackend.lowering.registry import POINTWISE, SYMBOLIC, Unsupported, bind_arguments, is_view_op
+from fusebackend.lowering.values import TensorArg, beyond_kernels
+
+aten = torch.ops.aten
+
+# arguments a lowering uses only through its result's sizes, which the trace gives: they may be
+# computed from symbolic sizes (``arange(0, s0)``, ``full([s0, 4], 0)``)
+SIZE_ARGUMENTS: dict[Any, tuple[str, ...]] = {aten.arange.start_step: ("end",), aten.full.default: ("size",)}
+
+
+class SymbolicSizes:
+    """The symbolic track of ``GraphLowering`` (a mixin: it builds through the lowering's own
+    ``extern``, ``lower_node`` and ``_composite``)."""
+
+    hints: dict[sympy.Symbol, int]
+    node: torch.fx.Node | None
+
+    def _symbolic_call(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any) -> Any:
+        """An ATen op lowered for every value of the graph's symbolic sizes (issue 15). Pointwise
+        ops in the layout ATen gives at the hints, with the traced sizes; the composites marked
+        ``SYMBOLIC`` (reductions); views as traced; any other op (or one whose lowering declines)
+        an ATen call, its results in the traced sizes. ``NotSymbolic`` for an op with an
+        argument computed from sizes (lowering holds those at their hints) or one that mutates."""
+        if is_view_op(target) and isinstance(args[0], TensorArg) and not beyond_kernels(args, kwargs, args[0].meta):
+            return self._symbolic_view(node, args[0], target(*self._to_meta(args), **self._to_meta(kwargs)))
+        from_sizes = [name for name, value in bind_arguments(target, node.args, node.kwargs).items()
+                      if any(isinstance(a, torch.fx.Node) and not isinstance(a.meta.get("val"), torch.Tensor)
+                             for a in pytree.tree_leaves(value))]
+        if set(from_sizes) - set(SIZE_ARGUMENTS.get(target, ())):
+            raise sizevars.NotSymbolic(f"{target}: argument {from_sizes[0]} is computed from sizes")
+        out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
+        if target._schema.is_mutable:
+            raise sizevars.NotSymbolic(f"{target}: mutates its arguments")
+        if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out_meta)):
+            return out_meta  # a size (sym_size) at its hint: what reads it as a value declines above
+        reason = beyond_kernels(args, kwargs, out_meta) or ("" if target in SYMBOLIC else "no symbolic lowering")
+        if not reason:
+            mark = len(self.nodes)
+            try:
+                if target not in POINTWISE:
+                    return self._composite(target, args, kwargs, out_meta)
+                if isinstance(out_meta, torch.Tensor):
+                    return self._symbolic_pointwise(node, target, args, kwargs, out_meta)
+            except Unsupported as exc:  # declined: this op alone is an ATen call
+                del self.nodes[mark:]
+                reason = str(exc)
+        if from_sizes:  # an ATen call would take them at the hints
+            raise sizevars.NotSymbolic(f"{target}: an ATen call ({reason}) of sizes computed from symbols")
+        return self.extern(target, args, kwargs, out_meta, reason=reason)
+
+    def _symbolic_pointwise(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any,
+                            out_meta: torch.Tensor) -> TensorArg:
+        """A pointwise node in the traced layout where that is dense (so that the views of it
+        that the graph takes are the traced ones), else in the one ATen gives at the hints."""
+        sizes, strides = sizevars.layout(node.meta.get("val"))
+        if not indexing.is_dense(sizes, strides):
+            tensors = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
+            strides = sizevars.dense_strides(sizes, layouts.pointwise_layout(out_meta, tensors).stride(), self.hints)
+        at = lambda exprs: [sizevars.hint(e, self.hints) for e in exprs]  # noqa: E731
+        if at(sizes) != list(out_meta.shape):
+            raise sizevars.NotSymbolic(f"{target}: traced sizes {sizes}, {tuple(out_meta.shape)} at the hints")
+        out_meta = torch.empty_strided(at(sizes), at(strides), dtype=out_meta.dtype, device="meta")
+        return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta, sizes=(sizes, strides))
+
+    def _traced_result(self, path: tuple[int, ...], meta: torch.Tensor) -> tuple[tuple, tuple]:
+        """An ATen call's result at ``path`` over symbolic sizes: the traced sizes, in the layout
+        its meta function gives at the hints (the wrapper checks it at each call)."""
+        traced = self.node.meta.get("val") if self.node is not None else None
+        for k in path:
+            traced = traced[k] if isinstance(traced, (list, tuple)) else None
+        sizes, _ = sizevars.layout(traced)
+        if tuple(sizevars.hint(s, self.hints) for s in sizes) != tuple(meta.shape):
+            raise sizevars.NotSymbolic(f"{self.node.target}: traced sizes {sizes}, {tuple(meta.shape)} at the hints")
+        return sizes, sizevars.dense_strides(sizes, meta.stride(), self.hints)
+
+    def _symbolic_view(self, node: torch.fx.Node, base: TensorArg, out_meta: Any) -> Any:
+        """A view over symbolic sizes (or the views of a split): the traced views' sizes, strides
+        and offsets, where our base is laid out as the traced base (its own offset added);
+        ``NotSymbolic`` otherwise."""
+        traced_base = node.args[0].meta.get("val")
+        same = lambda a, b: len(a) == len(b) and all(sympy.expand(x - y) == 0 for x, y in zip(a, b))  # noqa: E731
+        sizes, strides = sizevars.layout(traced_base)
+        if not (same(sizes, base.view.sizes) and same(strides, base.view.strides)):
+            raise sizevars.NotSymbolic(f"{node.target}: of a tensor laid out otherwise than traced")
+        base_offset = sizevars.to_sympy(traced_base.storage_offset())
+        metas, spec = pytree.tree_flatten(out_meta)
+        traced = pytree.tree_leaves(node.meta.get("val"))
+        if len(traced) != len(metas):
+            raise sizevars.NotSymbolic(f"{node.target}: traced with other results")
+        at = lambda exprs: tuple(sizevars.hint(e, self.hints) for e in exprs)  # noqa: E731
+
+        def make(meta: Any, value: Any) -> Any:
+            if not isinstance(meta, torch.Tensor):
+                return meta
+            if meta.dtype != base.dtype:
+                raise sizevars.NotSymbolic(f"{node.target}: a view as another dtype")
+            sizes, strides = sizevars.layout(value)
+            if at(sizes) != tuple(meta.shape) or not sizevars.same_layout(meta.shape, at(strides), meta.stride()):
+                raise sizevars.NotSymbolic(f"{node.target}: traced as {sizes}, {strides}")
+            offset = sizevars.to_sympy(value.storage_offset()) - base_offset + base.view.offset
+            return TensorArg(ir.View(base.view.buffer, sizes, strides, offset), meta)
+
+        return pytree.tree_unflatten([make(m, v) for m, v in zip(metas, traced)], spec)
+
+    def _symbolic_outputs(self, node: torch.fx.Node, outputs: list[Any]) -> list[Any]:
+        """The graph's outputs with each size among them (a forward graph returns some for its
+        backward) as its traced expression: lowering holds them at the hints."""
+        traced = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        result = list(outputs)
+        for k, fx_node in enumerate(traced):
+            value = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+            if isinstance(value, torch.SymInt):
+                result[k] = sizevars.to_sympy(value)
+            elif isinstance(value, (torch.SymFloat, torch.SymBool)):
+                raise sizevars.NotSymbolic(f"output {fx_node.name}: a {type(value).__name__}")
+        return result

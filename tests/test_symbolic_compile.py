@@ -1,0 +1,198 @@
+"""One compile for every size of a graph whose sizes Dynamo made symbolic (``config.symbolic``,
+issue 15; ``fusebackend/lowering/symbolic_sizes.py``).
+
+Each test compiles with the option on, calls with several sizes (odd, prime, past a multiple of
+16), compares with eager, and asserts the compile count: one graph compiled once, nothing
+compiled per shape, nothing run eagerly. The generated code is read too: kernels take the sizes
+as arguments, not as literals, and the wrapper binds them from the inputs.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import fusebackend
+from fusebackend import dump, symbolic
+from fusebackend.config import config
+
+
+@pytest.fixture(autouse=True)
+def _symbolic() -> None:
+    with config.patch(symbolic=True):
+        yield
+
+
+def _compiled_once(symbols: int | None = None) -> dump.CompiledArtifacts:
+    """The one graph compiled, for every size (none compiled per shape, none run eagerly)."""
+    assert fusebackend.metrics.graphs_compiled == 1 and not fusebackend.metrics.specialized
+    assert not fusebackend.metrics.not_symbolic and fusebackend.metrics.eager_graphs == 0
+    (artifacts,) = dump.history()
+    binds = [line for line in artifacts.wrapper.splitlines() if re.fullmatch(r" +s\d+ = arg\d+(\.(size|stride)\(\d+\))?", line)]
+    if symbols is not None:
+        assert len(binds) == symbols, artifacts.wrapper  # each symbol bound once, from an input
+    return artifacts
+
+
+def _norm_after_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(F.gelu(x @ w), (w.shape[1],)).sum(-1)
+
+
+def test_a_normalization_over_a_symbolic_row_length_is_compiled_once() -> None:
+    compiled = torch.compile(_norm_after_gelu, backend="fuse", dynamic=True)
+    dump.clear()
+    for batch, width in ((3, 16), (5, 7), (9, 33), (17, 16), (2, 100)):
+        x, w = torch.randn(batch, 8), torch.randn(8, width)
+        torch.testing.assert_close(compiled(x, w), _norm_after_gelu(x, w), rtol=1e-5, atol=1e-5)
+    artifacts = _compiled_once(symbols=3)
+    (source,) = [s for name, s in artifacts.kernels.items() if "red" in name]
+    # a row of symbolic length: looped, the mean's 1/n from the size argument, int64 offsets
+    assert "for roffset in range(0, rnumel, RBLOCK):" in source and "do_not_specialize" in source
+    assert "tl.program_id(0).to(tl.int64)" in source
+    assert "persistent" not in source.split("def ")[1].split("\n")[0]
+
+
+def test_a_reduction_over_a_symbolic_batch_is_compiled_once() -> None:
+    def column_sums(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).sum(0) + x.amax(0)
+
+    compiled = torch.compile(column_sums, backend="fuse")
+    dump.clear()
+    for batch in (4, 7, 16, 17, 31):
+        x = torch.randn(batch, 24)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), column_sums(x), rtol=1e-5, atol=1e-5)
+    _compiled_once(symbols=1)
+
+
+def test_mark_dynamic_keeps_a_static_row_persistent() -> None:
+    compiled = torch.compile(lambda x: torch.softmax(x * 3, -1), backend="fuse")
+    dump.clear()
+    for batch in (3, 6, 16, 17):
+        x = torch.randn(batch, 5, 32)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), torch.softmax(x * 3, -1), rtol=1e-5, atol=1e-5)
+    artifacts = _compiled_once(symbols=1)
+    (source,) = artifacts.kernels.values()
+    assert "persistent: each row in one block" in source and "do_not_specialize=['xnumel', 'rnumel']" in source
+
+
+class _Block(nn.Module):
+    """Layer norm, attention by matrix products and a softmax, a GELU MLP, residuals."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc1, self.fc2 = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = ((q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5).softmax(-1) @ v
+        x = x + self.proj(y.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+def test_a_transformer_block_over_batch_sizes_and_lengths_is_compiled_once() -> None:
+    torch.manual_seed(0)
+    block = _Block().eval()
+    compiled = torch.compile(block, backend="fuse", dynamic=True)
+    dump.clear()
+    with torch.no_grad():
+        for batch, seq in ((2, 5), (3, 8), (5, 3), (4, 17), (2, 16)):
+            x = torch.randn(batch, seq, 32)
+            torch.testing.assert_close(compiled(x), block(x), rtol=1e-4, atol=1e-4)
+    artifacts = _compiled_once(symbols=2)
+    assert all("do_not_specialize" in s for s in artifacts.kernels.values())
+
+
+def test_a_training_step_over_several_shapes_compiles_the_forward_and_the_backward_once() -> None:
+    """The forward returns sizes for its backward (AOTAutograd's saved symbols): each call's,
+    not the first call's. Gradients against a float64 copy, within twice eager's distance."""
+    torch.manual_seed(0)
+    block, eager = _Block(), _Block()
+    eager.load_state_dict(block.state_dict())
+    reference = _Block().double()
+    reference.load_state_dict(block.state_dict())
+    compiled = torch.compile(block, backend="fuse", dynamic=True)
+    for batch, seq in ((2, 5), (3, 8), (5, 3), (4, 17)):
+        x = torch.randn(batch, seq, 32)
+        for model, inputs in ((compiled, x), (eager, x), (reference, x.double())):
+            for p in model.parameters():
+                p.grad = None
+            model(inputs).square().mean().backward()
+        for ours, theirs, ref in zip(block.parameters(), eager.parameters(), reference.parameters()):
+            tolerance = 2 * (theirs.grad.double() - ref.grad).abs().max().item() + 1e-7
+            assert (ours.grad.double() - ref.grad).abs().max().item() <= tolerance, (batch, seq)
+    assert fusebackend.metrics.graphs_compiled == 2 and not fusebackend.metrics.specialized
+    assert not fusebackend.metrics.not_symbolic and fusebackend.metrics.eager_graphs == 0
+
+
+def test_a_size_used_as_a_value_is_compiled_per_shape_and_the_metrics_say_why() -> None:
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * x.shape[0] + 1
+
+    compiled = torch.compile(scaled, backend="fuse", dynamic=True)
+    for batch in (3, 5, 9):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(compiled(x), scaled(x), rtol=1e-6, atol=1e-6)
+    ((name, why),) = fusebackend.metrics.not_symbolic.items()
+    assert why.startswith("aten.mul.Tensor: argument other is computed from sizes"), why
+    assert fusebackend.metrics.specialized[name][0] == 3 and fusebackend.metrics.eager_graphs == 0
+    assert f"not symbolic:       {name}: aten.mul.Tensor" in fusebackend.metrics.summary()
+
+
+def test_a_call_that_does_not_fit_the_symbolic_signature_is_compiled_on_its_own() -> None:
+    """The compile for all sizes serves calls whose inputs are the traced ones at some value of
+    the symbols (``symbolic.fits``); strides of another layout are not."""
+    gm = torch.fx.experimental.proxy_tensor.make_fx(lambda x, y: x + y, tracing_mode="symbolic")(
+        torch.randn(4, 6), torch.randn(4, 6))
+    x = torch.randn(5, 7)
+    assert symbolic.fits(gm, [x, torch.randn(5, 7)])
+    assert not symbolic.fits(gm, [x, torch.randn(7, 5).t()])  # the traced strides are (s1, 1)
+    assert not symbolic.fits(gm, [x, torch.randn(5, 7, dtype=torch.float64)])
+    assert not symbolic.fits(gm, [x])
+
+
+def test_the_compile_for_every_size_is_loaded_from_disk_at_other_sizes() -> None:
+    """Its cache key is the symbolic graph, not the first call's sizes: a process that meets the
+    graph at another size loads it (here: Dynamo reset, and the first call at a new size)."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x).softmax(-1) * 2
+
+    for batch, seq in ((3, 7), (6, 20)):
+        torch._dynamo.reset()
+        fusebackend.metrics.reset()
+        compiled = torch.compile(fn, backend="fuse", dynamic=True)
+        x = torch.randn(batch, seq)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+    assert fusebackend.metrics.cache_hits == 1 and not fusebackend.metrics.not_symbolic
+    x = torch.randn(11, 5)
+    torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)  # the loaded one, at a third size
+    assert fusebackend.metrics.graphs_compiled == 1 and not fusebackend.metrics.specialized
+
+
+def test_a_direct_launch_takes_each_calls_grid_and_leaves_ints_past_int32_to_triton() -> None:
+    """A kernel over symbolic sizes is launched with the grid of each call, and an int past
+    int32's range (Triton compiled the kernel for int32 arguments at the first call) takes
+    Triton's own path, which compiles for int64 (GPU launch path, tested with stand-ins)."""
+    import types
+
+    from fusebackend.kernels import runtime
+
+    launched, slow = [], []
+    direct = runtime.DirectLaunch(runner=None, launch=lambda *a: launched.append(a), head=(), grid=(7, 1, 1),
+                                  hooks=types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    x = torch.empty(64)
+    launch = runtime._direct_launcher(direct, (x, 5), (), lambda *a: slow.append(a), per_call=True)
+    launch(None, 3, x, 40)
+    assert launched == [(3, 1, 1, None, x.data_ptr(), 40)] and not slow
+    launch(None, 9, x, 2**31)
+    assert slow == [(None, 9, x, 2**31)] and len(launched) == 1
