@@ -114,7 +114,7 @@ def dense_strides(sizes: Sequence[sympy.Expr], like: Sequence[int],
     inner: sympy.Expr = sympy.Integer(1)
     for d in reversed(order):
         strides[d], inner = inner, inner * sizes[d]
-    if any(hint(sizes[d], bound) != 1 and hint(strides[d], bound) != like[d] for d in range(len(sizes))):
+    if not same_layout(hints(sizes, bound), hints(strides, bound), like):
         raise NotSymbolic(f"layout {tuple(like)} of sizes {tuple(sizes)} is not dense")
     return tuple(strides)
 
@@ -128,6 +128,11 @@ def same_layout(sizes: Sequence[int], strides: Sequence[int], others: Sequence[i
 def symbolic(values: Sequence[Any]) -> bool:
     """Whether any of ``values`` (sizes, strides) is an expression in size symbols."""
     return any(getattr(v, "free_symbols", None) for v in values)
+
+
+def hints(exprs: Sequence[sympy.Expr | int], bound: Mapping[sympy.Symbol, int]) -> tuple[int, ...]:
+    """``hint`` of each of ``exprs``."""
+    return tuple(hint(e, bound) for e in exprs)
 
 
 def hint(expr: sympy.Expr | int, bound: Mapping[sympy.Symbol, int]) -> int:

@@ -20,6 +20,8 @@ import sympy
 import torch
 import torch.fx
 
+from fusebackend import sizevars
+
 
 def symbols(gm: torch.fx.GraphModule) -> tuple[str, ...]:
     """The names of the symbols in the sizes, strides and int inputs of ``gm``'s placeholders
@@ -73,9 +75,9 @@ def fits(gm: torch.fx.GraphModule, args: Sequence[Any]) -> bool:
                     val.dtype, val.dim(), val.device.type):
                 return False
             want = concrete(val, bound)
-            if want is None or tuple(want.shape) != tuple(arg.shape) or any(
-                    n != 1 and a != b for n, a, b in zip(arg.shape, want.stride(), arg.stride())):
-                return False  # a stride of a dim of size 1 addresses nothing
+            if want is None or tuple(want.shape) != tuple(arg.shape) or not sizevars.same_layout(
+                    arg.shape, want.stride(), arg.stride()):  # a stride of a dim of size 1 addresses nothing
+                return False
         elif isinstance(val, torch.SymInt):
             if type(arg) is not int or _int(val, bound) != arg:
                 return False

@@ -71,11 +71,11 @@ class IRBuilder:
 
     def meta(self, buf: ir.Buffer) -> torch.Tensor:
         """A meta tensor in ``buf``'s layout, at the hints where its sizes are symbolic."""
-        at = lambda exprs: [sizevars.hint(e, self.hints) for e in exprs]  # noqa: E731
-        return torch.empty_strided(at(buf.sizes), at(buf.strides), dtype=buf.dtype, device="meta")
+        return torch.empty_strided(sizevars.hints(buf.sizes, self.hints), sizevars.hints(buf.strides, self.hints),
+                                   dtype=buf.dtype, device="meta")
 
     def _contiguous_meta(self, sizes: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty([sizevars.hint(s, self.hints) for s in sizes], dtype=dtype, device="meta")
+        return torch.empty(sizevars.hints(sizes, self.hints), dtype=dtype, device="meta")
 
     def _new_name(self) -> str:
         name = f"buf{self._count}"

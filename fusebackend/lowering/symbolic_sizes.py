@@ -73,14 +73,12 @@ class SymbolicSizes:
                             out_meta: torch.Tensor) -> TensorArg:
         """A pointwise node in the traced layout where that is dense (so that the views of it
         that the graph takes are the traced ones), else in the one ATen gives at the hints."""
-        sizes, strides = sizevars.layout(node.meta.get("val"))
+        sizes, strides = self._traced_sizes(node.meta.get("val"), out_meta)
         if not indexing.is_dense(sizes, strides):
             tensors = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
             strides = sizevars.dense_strides(sizes, layouts.pointwise_layout(out_meta, tensors).stride(), self.hints)
-        at = lambda exprs: [sizevars.hint(e, self.hints) for e in exprs]  # noqa: E731
-        if at(sizes) != list(out_meta.shape):
-            raise sizevars.NotSymbolic(f"{target}: traced sizes {sizes}, {tuple(out_meta.shape)} at the hints")
-        out_meta = torch.empty_strided(at(sizes), at(strides), dtype=out_meta.dtype, device="meta")
+        out_meta = torch.empty_strided(sizevars.hints(sizes, self.hints), sizevars.hints(strides, self.hints),
+                                       dtype=out_meta.dtype, device="meta")
         return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta, sizes=(sizes, strides))
 
     def _traced_result(self, path: tuple[int, ...], meta: torch.Tensor) -> tuple[tuple, tuple]:
@@ -89,10 +87,16 @@ class SymbolicSizes:
         traced = self.node.meta.get("val") if self.node is not None else None
         for k in path:
             traced = traced[k] if isinstance(traced, (list, tuple)) else None
-        sizes, _ = sizevars.layout(traced)
-        if tuple(sizevars.hint(s, self.hints) for s in sizes) != tuple(meta.shape):
-            raise sizevars.NotSymbolic(f"{self.node.target}: traced sizes {sizes}, {tuple(meta.shape)} at the hints")
+        sizes, _ = self._traced_sizes(traced, meta)
         return sizes, sizevars.dense_strides(sizes, meta.stride(), self.hints)
+
+    def _traced_sizes(self, traced: Any, meta: torch.Tensor) -> tuple[tuple, tuple]:
+        """A traced value's sizes and strides, its sizes checked against its meta's at the hints."""
+        sizes, strides = sizevars.layout(traced)
+        if sizevars.hints(sizes, self.hints) != tuple(meta.shape):
+            op = self.node.target if self.node is not None else "an op"
+            raise sizevars.NotSymbolic(f"{op}: traced sizes {sizes} are {tuple(meta.shape)} at the hints")
+        return sizes, strides
 
     def _symbolic_view(self, node: torch.fx.Node, base: TensorArg, out_meta: Any) -> Any:
         """A view over symbolic sizes (or the views of a split): the traced views' sizes, strides
@@ -108,15 +112,13 @@ class SymbolicSizes:
         traced = pytree.tree_leaves(node.meta.get("val"))
         if len(traced) != len(metas):
             raise sizevars.NotSymbolic(f"{node.target}: traced with other results")
-        at = lambda exprs: tuple(sizevars.hint(e, self.hints) for e in exprs)  # noqa: E731
-
         def make(meta: Any, value: Any) -> Any:
             if not isinstance(meta, torch.Tensor):
                 return meta
             if meta.dtype != base.dtype:
                 raise sizevars.NotSymbolic(f"{node.target}: a view as another dtype")
-            sizes, strides = sizevars.layout(value)
-            if at(sizes) != tuple(meta.shape) or not sizevars.same_layout(meta.shape, at(strides), meta.stride()):
+            sizes, strides = self._traced_sizes(value, meta)
+            if not sizevars.same_layout(meta.shape, sizevars.hints(strides, self.hints), meta.stride()):
                 raise sizevars.NotSymbolic(f"{node.target}: traced as {sizes}, {strides}")
             offset = sizevars.to_sympy(value.storage_offset()) - base_offset + base.view.offset
             return TensorArg(ir.View(base.view.buffer, sizes, strides, offset), meta)

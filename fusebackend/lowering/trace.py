@@ -93,8 +93,8 @@ def input_layout(node: torch.fx.Node, value: torch.Tensor,
     """A graph input's traced sizes and strides as fuse's expressions, which must give the
     call's own at the call's sizes (``bound``); ``sizevars.NotSymbolic`` otherwise."""
     sizes, strides = sizevars.layout(node.meta.get("val"))
-    at = lambda exprs: tuple(sizevars.hint(e, bound) for e in exprs)  # noqa: E731
-    if at(sizes) != tuple(value.shape) or not sizevars.same_layout(value.shape, at(strides), value.stride()):
+    if sizevars.hints(sizes, bound) != tuple(value.shape) or not sizevars.same_layout(
+            value.shape, sizevars.hints(strides, bound), value.stride()):
         raise sizevars.NotSymbolic(f"input {node.name}: traced as {sizes}, {strides}; called with "
                                    f"{tuple(value.shape)}, {value.stride()}")
     return sizes, strides
