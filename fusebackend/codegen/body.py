@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import sympy
 import torch
 
 from fusebackend import indexing, ir
+from fusebackend.indexing_symbolic import quotient
 from fusebackend.codegen.triton_ops import LITERAL_ARGS, TRITON_DTYPE, render_literal, render_op, takes_tensors
 from fusebackend.scheduler import KernelPlan
 from fusebackend.inlining import producer_index
@@ -157,12 +158,17 @@ class KernelBody:
         lo, hi = indexing.bounds(expr, self.ranges)
         if not indexing.known_nonneg(lo) and self.guard is None:
             raise ValueError(f"negative index {expr}")
-        if isinstance(hi, int) or hi.is_Integer:
-            self.max_offset = max(self.max_offset, int(hi))
-        else:  # an offset over symbolic sizes: no bound below 2**31 is known
-            self.symbolic_offsets = True
+        self._reach(hi)
         self.size_symbols |= sizes_in(expr)
         return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
+
+    def _reach(self, hi: int | sympy.Expr) -> None:
+        """An offset's largest value: the kernel's offsets are int64 past int32's range, or over
+        symbolic sizes (no bound below 2**31 is known)."""
+        if isinstance(hi, int) or hi.is_Integer:
+            self.max_offset = max(self.max_offset, int(hi))
+        else:
+            self.symbolic_offsets = True
 
     def align_blocks(self, blocks: dict[sympy.Symbol, int], lanes: sympy.Symbol | None = None,
                      lane_block: int = 0) -> None:
@@ -356,8 +362,8 @@ class KernelBody:
         idx = [sympy.Integer(0) if d in gathered else sympy.sympify(i).xreplace(subst) for d, i in enumerate(expr.index)]
         offset = self.index(indexing.ravel(idx, view.strides, view.offset))
         # every position is at most size-1 along its dim (checked, or proven)
-        reach = sum((view.sizes[d] - 1) * view.strides[d] for d in gathered)
-        self.max_offset = max(self.max_offset, indexing.bounds(offset, self.ranges)[1] + reach)
+        reach = sympy.sympify(sum((view.sizes[d] - 1) * view.strides[d] for d in gathered))
+        self._reach(indexing.bounds(offset, self.ranges)[1] + reach)
         dims = self.index_dims(offset)
         rendered = [(d, self.value(position, subst)) for d, position in expr.positions]
         dims = dims.union(*(self.dims_of(pos) for _, pos in rendered))
@@ -373,7 +379,8 @@ class KernelBody:
             ok = checks[0] if len(checks) == 1 else self._emit(" & ".join(f"({c})" for c in checks), dims)
             self._assert(ok, mask, f"index out of bounds: a gather from {view.buffer.name} of sizes {list(view.sizes)}")
             mask = ok if mask is None else f"{ok} & {mask}"
-        terms = "".join(f" + {pos}" if view.strides[d] == 1 else f" + {pos} * {view.strides[d]}" for d, pos in rendered)
+        terms = "".join(f" + {pos}" if view.strides[d] == 1 else f" + {pos} * {self._size_text(view.strides[d])}"
+                        for d, pos in rendered)
         affine = [ir.affine_index(p) for _, p in expr.positions]
         if all(a is not None for a in affine):  # a cat's position: the load's address is known, for tiling
             moved = sum((a.xreplace(subst) * view.strides[d] for a, (d, _) in zip(affine, expr.positions)),
@@ -436,7 +443,7 @@ class KernelBody:
         """``0 <= pos < size`` as a block varying along ``dims`` (a load's mask must have the
         load's shape, and Triton's interpreter fails to splat a condition on a loaded scalar, so
         the position is broadcast first); None for a literal position, checked now."""
-        if pos not in self.dims:
+        if pos not in self.dims and not sizes_in(size):
             if not 0 <= int(pos) < size:
                 raise ValueError(f"a gather at {pos} along a dim of {size}")
             return None
@@ -444,7 +451,12 @@ class KernelBody:
                   if d in dims and d not in self.dims_of(pos)]
         if spread:
             pos = self._emit(pos + "".join(spread), dims)
-        return self._emit(f"(0 <= {pos}) & ({pos} < {size})", self.dims_of(pos))
+        return self._emit(f"(0 <= {pos}) & ({pos} < {self._size_text(size)})", self.dims_of(pos))
+
+    def _size_text(self, size: int | sympy.Expr) -> str:
+        """A size or stride in the kernel's text: over symbolic sizes, of the size arguments."""
+        self.size_symbols |= sizes_in(size)
+        return indexing.pexpr(sympy.sympify(size)) if not isinstance(size, int) else str(size)
 
     def _statement(self, text: str) -> None:
         """Emit a statement with no value (an assert) once per scope chain, as ``_emit`` would."""
@@ -579,13 +591,18 @@ HEADER = [
 ]
 
 
-def header(int_params: Sequence[str]) -> list[str]:
-    """``HEADER``, where a kernel takes extents that change from call to call (symbolic sizes):
-    Triton would compile a binary per value class of each int (1, a multiple of 16, other), and
-    a launch of the first binary for other values would read the wrong memory."""
-    if not int_params:
+def header(int_params: Mapping[str, Any]) -> list[str]:
+    """``HEADER``, where a kernel takes extents that change from call to call (symbolic sizes,
+    ``int_params``: name -> value): Triton would compile a binary per value class of each int
+    (1, a multiple of 16, other), and a launch of the first binary for other values would read
+    the wrong memory. An int whose class never changes stays specialized: a static one, or an
+    expression in sizes proven a multiple of 16 (``64*s0``), whose divisibility Triton then
+    knows (a mask ``xindex < xnumel`` constant over 16 lanes: vectorized loads and stores)."""
+    varying = [name for name, value in int_params.items()
+               if sizes_in(value) and quotient(sympy.sympify(value), sympy.Integer(16)) is None]
+    if not varying:
         return HEADER
-    return HEADER[:-1] + [f"@triton.jit(do_not_specialize={list(int_params)!r})"]
+    return HEADER[:-1] + [f"@triton.jit(do_not_specialize={varying!r})"]
 
 
 def sizes_in(expr: Any) -> set[sympy.Symbol]:

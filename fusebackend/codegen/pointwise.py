@@ -117,7 +117,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
     name = kernel_name(plan, index)
     symbols = body.size_params()
     w = LineWriter()
-    w.lines(header(["xnumel", *map(str, symbols)] if sizes_in(numel) or symbols else []))
+    w.lines(header({"xnumel": numel, **{str(s): s for s in symbols}}))
     params = list(body.inputs.values()) + list(outputs.values()) + ["xnumel", *map(str, symbols), "XBLOCK: tl.constexpr"]
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():

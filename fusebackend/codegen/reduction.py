@@ -202,7 +202,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     int64 = body.uses_int64(xnumel * max(rnumel, 1))
     symbols = body.size_params()
     w = LineWriter()
-    w.lines(header(["xnumel", "rnumel", *map(str, symbols)] if sizes_in(xnumel * rnumel) or symbols else []))
+    w.lines(header({"xnumel": xnumel, "rnumel": rnumel, **{str(s): s for s in symbols}}))
     params = list(body.inputs.values()) + list(outputs.values())
     params += ["xnumel", "rnumel", *map(str, symbols), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     w.line(f"def {name}({', '.join(params)}):")

@@ -26,12 +26,13 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import GRID_WAIT, HEADER, KernelBody, KernelSource, describe, kernel_name
+from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, header, kernel_name, sizes_in
 from fusebackend.codegen.reduction import FULL, ROW, Layout
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan
+from fusebackend.sizevars import ceil_div, size_hint
 
 # What tl.associative_scan combines lanes with; sums and products are Triton's own in the
 # interpreter (see th.reduce_sum), which must never be called as functions.
@@ -73,8 +74,8 @@ def generate_scan(plan: KernelPlan, index: int, pdl: bool = False,
     assert isinstance(anchor, ir.Scan)
     xnumel, rnumel = space.xnumel, space.rnumel
     row_contiguous = rnumel == 1 or anchor.buffer.strides[anchor.dim] == 1
-    launch = launch or runtime.scan_config(xnumel, rnumel, row_contiguous)
-    persistent = launch["RBLOCK"] >= rnumel
+    launch = launch or runtime.scan_config(size_hint(xnumel), size_hint(rnumel), row_contiguous)
+    persistent = not sizes_in(rnumel) and launch["RBLOCK"] >= rnumel  # a symbolic row: looped, any length
     lay = Layout(column=not row_contiguous)
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
@@ -113,10 +114,11 @@ def generate_scan(plan: KernelPlan, index: int, pdl: bool = False,
 
     name = kernel_name(plan, index)
     int64 = body.uses_int64(xnumel * rnumel)
+    symbols = body.size_params()
     w = LineWriter()
-    w.lines(HEADER)
+    w.lines(header({"xnumel": xnumel, "rnumel": rnumel, **{str(s): s for s in symbols}}))
     params = list(body.inputs.values()) + list(outputs.values())
-    params += ["xnumel", "rnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+    params += ["xnumel", "rnumel", *map(str, symbols), "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
@@ -133,9 +135,9 @@ def generate_scan(plan: KernelPlan, index: int, pdl: bool = False,
             w.line("xmask = xindex < xnumel")
         w.line(f"rbase = {arange('RBLOCK')}{lay.r_suffix}")
         w.lines(body.lines)
-    grid = runtime.cdiv(xnumel, launch["XBLOCK"])
+    grid = ceil_div(xnumel, launch["XBLOCK"])  # over symbolic sizes: computed at each call
     args = tuple(body.inputs) + tuple(outputs)
-    return KernelSource(name, w.source(), args, (xnumel, rnumel), grid, launch, plan)
+    return KernelSource(name, w.source(), args, (xnumel, rnumel, *symbols), grid, launch, plan, body.asserts)
 
 
 def _init_carry(body: KernelBody, scan: ir.Scan, lay: Layout) -> tuple[str, ...]:

@@ -16,13 +16,12 @@ Boolean and byte masks (``x[mask]``) stay ATen calls: their output's size depend
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import sympy
 import torch
 
-from fusebackend import ir
+from fusebackend import ir, sizevars
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_pointwise
@@ -46,12 +45,26 @@ def _index_tensor(arg: Any) -> TensorArg:
     return arg
 
 
+def _broadcast(shapes: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+    """The index tensors' broadcast shape, their sizes aligned on the last dims: each dim's size
+    where one is not 1 (sizes that are expressions in size symbols are never 1: Dynamo's symbols
+    are at least 2); sizes that differ (structurally, for expressions) raise as eager would."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        sizes = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}
+        if len(sizes) > 1:
+            raise Unsupported(f"index tensors of sizes {list(shapes)} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 def _checked(view: ir.View, idx: Sequence[sympy.Expr], positions: Sequence[tuple[int, Expr]]) -> ir.IndirectLoad:
     (dim, position), *more = positions
     return ir.IndirectLoad(view, tuple(idx), dim, position, more=tuple(more), checked=True)
 
 
-@register_pointwise(aten.embedding.default)
+@register_pointwise(aten.embedding.default, symbolic=True)
 def embedding(
     ctx: LoweringContext, weight: Any, indices: Any, padding_idx: int = -1, scale_grad_by_freq: bool = False,
     sparse: bool = False,
@@ -65,7 +78,7 @@ def embedding(
     return _checked(weight.view, (sympy.Integer(0), ctx.vars[nids]), [(0, position)])
 
 
-@register_pointwise(aten.index_select.default)
+@register_pointwise(aten.index_select.default, symbolic=True)
 def index_select(ctx: LoweringContext, self: Any, dim: int, index: Any) -> Expr:
     idx = _index_tensor(index)
     rank = len(self.sizes)
@@ -77,7 +90,7 @@ def index_select(ctx: LoweringContext, self: Any, dim: int, index: Any) -> Expr:
     return _checked(self.view, at, [(dim, position)])
 
 
-@register_pointwise(aten.gather.default)
+@register_pointwise(aten.gather.default, symbolic=True)
 def gather(ctx: LoweringContext, self: Any, dim: int, index: Any, sparse_grad: bool = False) -> Expr:
     """``out[i] = self[i with i[dim] replaced by index[i]]``; ``index`` has the output's shape."""
     idx = _index_tensor(index)
@@ -90,7 +103,7 @@ def gather(ctx: LoweringContext, self: Any, dim: int, index: Any, sparse_grad: b
     return _checked(self.view, at, [(dim, position)])
 
 
-@register_pointwise(aten.index.Tensor, aten.index.Tensor_hacked_twin)
+@register_pointwise(aten.index.Tensor, aten.index.Tensor_hacked_twin, symbolic=True)
 def index(ctx: LoweringContext, self: Any, indices: Any) -> Expr:
     """Advanced indexing: the index tensors broadcast together to a shape B; the output holds B
     where the indexed dims were when they are adjacent, and first otherwise (NumPy's rule), with
@@ -103,20 +116,21 @@ def index(ctx: LoweringContext, self: Any, indices: Any) -> Expr:
     if not indexed:
         raise Unsupported("indexing with no index tensor")
     tensors = {d: _index_tensor(entries[d]) for d in indexed}
-    bshape = tuple(torch.broadcast_shapes(*(t.sizes for t in tensors.values())))
+    bshape = _broadcast([t.sizes for t in tensors.values()])
     nb = len(bshape)
     adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
     first = indexed[0] if adjacent else 0  # where B's dims are in the output
     bvars = ctx.vars[first:first + nb]
     rest = iter(ctx.vars[:first] + ctx.vars[first + nb:])  # the dims not indexed, in order
     at = [sympy.Integer(0) if d in tensors else next(rest) for d in range(rank)]
-    if math.prod(bshape) == 0:
+    if any(s == 0 for s in bshape):
         raise Unsupported("indexing with empty index tensors")
     positions = []
     for d, t in tensors.items():
         lead = nb - len(t.sizes)  # index tensors broadcast aligned on their last dims
         p = cast(_load_at(t, bvars[lead:]), torch.int64)
-        size = Constant(self.sizes[d], torch.int64)
+        size = ir.IndexValue(self.sizes[d], torch.int64) if sizevars.symbolic([self.sizes[d]]) else (
+            Constant(self.sizes[d], torch.int64))
         wrapped = op("where", op("lt", p, Constant(0, torch.int64), dtype=torch.bool), op("add", p, size), p)
         positions.append((d, wrapped))
     return _checked(self.view, at, positions)

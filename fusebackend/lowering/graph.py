@@ -459,8 +459,11 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         origin = f"{target} ({why})" if why else str(target)
         return self._add_pointwise(shape, out_meta.dtype, body, strides, origin)
 
-    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True) -> Any:
-        """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed)."""
+    def extern(self, target: Any, args: Any, kwargs: Any, out_meta: Any, reason: str = "", counted: bool = True,
+               sizes: tuple[tuple, tuple] | None = None) -> Any:
+        """An ATen call; ``counted`` (a fallback) unless the lowering chose it (a random seed);
+        ``sizes``: over symbolic sizes, the (one) result's sizes and strides where they are not
+        the traced node's (a padded matrix product's)."""
         if counted:
             metrics.fallbacks[target.overloadpacket.__name__] += 1
         if target in layouts.CONVOLUTIONS and self.channels_last:
@@ -475,9 +478,9 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         def visit(value: Any, path: tuple[int, ...]) -> None:
             if isinstance(value, torch.Tensor):
                 buf_name = name if path == () else f"{name}_{'_'.join(map(str, path))}"
-                sizes, strides = (tuple(value.shape), tuple(value.stride())) if not self.symbolic else (
-                    self._traced_result(path, value))
-                buf = ir.Buffer(buf_name, value.dtype, sizes, strides)
+                shape, strides = (tuple(value.shape), tuple(value.stride())) if not self.symbolic else (
+                    sizes if sizes is not None and path == () else self._traced_result(path, value))
+                buf = ir.Buffer(buf_name, value.dtype, shape, strides)
                 outputs.append((path, buf))
                 produced[path] = self._tensor_arg(buf, value)
             elif isinstance(value, (list, tuple)):
@@ -519,6 +522,5 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``."""
     lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes)
     graph = lowering.run()
-    if not symbolic_sizes:  # over symbolic sizes, every gather stays checked (issue 15)
-        graph = prove_positions(graph)  # gathers whose indices are known in range: no check
+    graph = prove_positions(graph)  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs

@@ -17,18 +17,20 @@ order, by interval arithmetic over its body:
 
 A gather whose positions all lie in [0, size of their dim) is then unchecked. Floats have no
 interval here: a position computed through floats (nearest-neighbour upsampling's) stays
-checked.
+checked. Over symbolic sizes (issue 15) the bounds may be expressions in the size symbols; where
+sympy cannot decide a comparison of them for every value, nothing of that node is proven.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import sympy
 import torch
 
 from fusebackend import indexing, ir
+from fusebackend.indexing_symbolic import known_le
 
 Interval = Optional[tuple[int, int]]
 _COMPARISONS = {"lt", "le", "gt", "ge"}
@@ -41,9 +43,13 @@ def prove_positions(graph: ir.IRGraph) -> ir.IRGraph:
     nodes: list[ir.Node] = []
     for node in graph.nodes:
         if isinstance(node, (ir.Pointwise, ir.Reduction)):
-            ranges = _ranges(node)
-            node = dataclasses.replace(node, body=ir.map_expr(node.body, lambda e: _proven(e, known, ranges)))
-            interval = _buffer_interval(node, known, ranges)
+            try:
+                ranges = _ranges(node)
+                proven = dataclasses.replace(node, body=ir.map_expr(node.body, lambda e: _proven(e, known, ranges)))
+                interval = _buffer_interval(proven, known, ranges)
+            except TypeError:  # over symbolic sizes, a comparison sympy cannot decide: nothing proven
+                proven, interval = node, None
+            node = proven
             if interval is not None:
                 known[node.name] = interval
         nodes.append(node)
@@ -51,10 +57,12 @@ def prove_positions(graph: ir.IRGraph) -> ir.IRGraph:
 
 
 def _ranges(node: ir.Pointwise | ir.Reduction) -> dict[sympy.Symbol, int]:
-    ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), (max(n, 1) for n in node.ranges)))
+    # a symbolic size is at least 2 (Dynamo's size symbols)
+    extent = lambda n: max(n, 1) if isinstance(n, int) else n  # noqa: E731
+    ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), map(extent, node.ranges)))
     if isinstance(node, ir.Reduction):
         rr = node.reduction_ranges
-        ranges.update(zip(indexing.loop_vars("r", len(rr)), (max(n, 1) for n in rr)))
+        ranges.update(zip(indexing.loop_vars("r", len(rr)), map(extent, rr)))
     return ranges
 
 
@@ -62,14 +70,14 @@ def _proven(expr: ir.Expr, known: dict[str, tuple[int, int]], ranges: dict[sympy
     if isinstance(expr, ir.Op) and expr.name == "checked_position":  # a scatter's, as a comparison
         position, size = expr.args
         interval = _Intervals(known, ranges).of(position)
-        if interval is None or interval[0] < 0 or interval[1] >= int(size.value):  # type: ignore[union-attr]
+        if interval is None or not (_le(0, interval[0]) and _le(interval[1] + 1, int(size.value))):  # type: ignore[union-attr]
             return None
         return position
     if not isinstance(expr, ir.IndirectLoad) or not expr.checked:
         return None
     for dim, position in expr.positions:
         interval = _Intervals(known, ranges).of(position)
-        if interval is None or interval[0] < 0 or interval[1] >= expr.view.sizes[dim]:
+        if interval is None or not (_le(0, interval[0]) and _le(interval[1] + 1, expr.view.sizes[dim])):
             return None
     return dataclasses.replace(expr, checked=False)
 
@@ -82,7 +90,7 @@ def _buffer_interval(node: ir.Node, known: dict[str, tuple[int, int]], ranges: d
         return (0, 1)
     if isinstance(node, ir.Reduction):
         if node.reduction_type in ("argmax", "argmin"):
-            return (0, max(node.reduction_numel - 1, 0))
+            return (0, _max(node.reduction_numel - 1, 0))
         if node.reduction_type not in ("max", "min"):
             return None
     interval = _Intervals(known, ranges).of(node.body)
@@ -97,6 +105,10 @@ def _fits(interval: Interval, dtype: torch.dtype) -> Interval:
     if dtype == torch.bool:
         return (0, 1)
     info = torch.iinfo(dtype)
+    if any(not isinstance(v, int) for v in interval):  # expressions in size symbols
+        # taken as within int64's range (positions in tensors, whose sizes are); a narrower
+        # type's range is not proven
+        return interval if dtype == torch.int64 else None
     return interval if info.min <= interval[0] and interval[1] <= info.max else None
 
 
@@ -149,7 +161,7 @@ class _Intervals:
             return (-hi, -lo)
         if name == "abs":
             (lo, hi), = values
-            return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
+            return (0 if _le(lo, 0) and _le(0, hi) else _min(abs(lo), abs(hi)), _max(abs(lo), abs(hi)))
         (a, b), (c, d) = values if len(values) == 2 else (values[0], values[0])
         if name == "add":
             return (a + c, b + d)
@@ -157,18 +169,18 @@ class _Intervals:
             return (a - d, b - c)
         if name == "mul":
             products = (a * c, a * d, b * c, b * d)
-            return (min(products), max(products))
+            return (_min(*products), _max(*products))
         if name == "maximum":
-            return (max(a, c), max(b, d))
+            return (_max(a, c), _max(b, d))
         if name == "minimum":
-            return (min(a, c), min(b, d))
-        if name in ("int_truncdiv", "int_truncmod") and c == d and c > 0:
+            return (_min(a, c), _min(b, d))
+        if name in ("int_truncdiv", "int_truncmod") and isinstance(c, int) and c == d and c > 0:
             if name == "int_truncdiv":  # truncation is monotone in the dividend
-                return (_trunc_div(a, c), _trunc_div(b, c))
+                return (_trunc_div(a, c, low=True), _trunc_div(b, c, low=False))
             bound = c - 1  # the remainder has the dividend's sign
-            return (0 if a >= 0 else max(a, -bound), 0 if b <= 0 else min(b, bound))
-        if name == "bitwise_and" and (a >= 0 or c >= 0):  # no larger than a non-negative operand
-            return (0, min(hi for lo, hi in ((a, b), (c, d)) if lo >= 0))
+            return (0 if _le(0, a) else _max(a, -bound), 0 if _le(b, 0) else _min(b, bound))
+        if name == "bitwise_and" and (_le(0, a) or _le(0, c)):  # no larger than a non-negative operand
+            return (0, _min(*(hi for lo, hi in ((a, b), (c, d)) if _le(0, lo))))
         return None
 
     def _where(self, condition: ir.Expr, then: ir.Expr, otherwise: ir.Expr) -> Interval:
@@ -179,7 +191,7 @@ class _Intervals:
                 branches.append(known.of(value))
         if not branches or any(b is None for b in branches):
             return None
-        return (min(b[0] for b in branches), max(b[1] for b in branches))
+        return (_min(*(b[0] for b in branches)), _max(*(b[1] for b in branches)))
 
     def _branch(self, condition: ir.Expr, holds: bool) -> "_Intervals | None":
         """What is known where ``condition`` is (or is not) true: a value compared with another
@@ -195,19 +207,55 @@ class _Intervals:
                 continue
             lo, hi = xi
             if cmp == "lt":
-                hi = min(hi, yi[1] - 1)
+                hi = _min(hi, yi[1] - 1)
             elif cmp == "le":
-                hi = min(hi, yi[1])
+                hi = _min(hi, yi[1])
             elif cmp == "gt":
-                lo = max(lo, yi[0] + 1)
+                lo = _max(lo, yi[0] + 1)
             else:
-                lo = max(lo, yi[0])
-            if lo > hi:
+                lo = _max(lo, yi[0])
+            if not _le(lo, hi):
                 return None
             narrowed[x] = (lo, hi)
         return _Intervals(self.known, self.ranges, narrowed)
 
 
-def _trunc_div(a: int, b: int) -> int:
+def _le(a: Any, b: Any) -> bool:
+    """``a <= b``; over size symbols, for every value they take (``indexing_symbolic.known_le``),
+    and TypeError where that is decided neither way (the caller proves nothing then)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    if known_le(a, b):
+        return True
+    if known_le(sympy.sympify(b) + 1, a):
+        return False
+    raise TypeError(f"{a} <= {b} is not decided for every size")
+
+
+def _min(*values: Any) -> Any:
+    if all(isinstance(v, int) for v in values):
+        return min(values)
+    best = values[0]
+    for v in values[1:]:
+        best = v if _le(v, best) else best
+    return best
+
+
+def _max(*values: Any) -> Any:
+    if all(isinstance(v, int) for v in values):
+        return max(values)
+    best = values[0]
+    for v in values[1:]:
+        best = v if _le(best, v) else best
+    return best
+
+
+def _trunc_div(a: Any, b: int, low: bool) -> Any:
+    """``a`` divided by ``b`` > 0, truncated; for an expression in size symbols, a bound of it
+    (``low``: a lower one): 0 below a non-negative ``a``, ``a`` itself above it."""
+    if not isinstance(a, int):
+        if not _le(0, a):
+            raise TypeError(f"the sign of {a}")
+        return 0 if low else a
     q = abs(a) // b
     return q if a >= 0 else -q

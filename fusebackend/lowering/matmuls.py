@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from fusebackend import ir
+from fusebackend import ir, sizevars
 from fusebackend.config import config
 from fusebackend.lowering.graph import GraphLowering
 from fusebackend.lowering.values import TensorArg
@@ -113,15 +113,18 @@ def _zero_padded(b: GraphLowering, x: TensorArg, dim: int, size: int, why: str) 
     return _transposed(padded) if flip else padded
 
 
-def _aligned_rows(b: GraphLowering, x: TensorArg) -> TensorArg:
+def _aligned_rows(b: GraphLowering, x: TensorArg, check: bool = False) -> TensorArg | None:
     """``x`` (2-d), or where its rows (columns, if column-major) start a badly aligned number
-    of elements apart, ``x`` as a view of a copy whose rows do."""
+    of elements apart, ``x`` as a view of a copy whose rows do (``check``: None then, no copy
+    made)."""
     per_row = _per_row(x.dtype)
     flip = _column_major(x)
     lead = x.meta.stride(1) if flip else x.meta.stride(0)
     inner = x.sizes[0] if flip else x.sizes[1]
     if lead % per_row == 0 or x.sizes[1 if flip else 0] == 1:
         return x
+    if check:
+        return None
     padded = _zero_padded(b, x, 0 if flip else 1, _round_up(inner, per_row), "aligned rows for a matrix product")
     strides = (1, padded.meta.stride(1)) if flip else (padded.meta.stride(0), 1)
     return b.view((padded,), torch.empty_strided(x.sizes, strides, dtype=x.dtype, device="meta"))
@@ -141,10 +144,15 @@ def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: Ten
                     kwargs: dict[str, Any]) -> TensorArg:
     if not (isinstance(mat1, TensorArg) and isinstance(mat2, TensorArg)) or mat1.meta.dim() != 2 or mat2.meta.dim() != 2:
         raise Unsupported("not a 2-d product")
-    (m, k), n = tuple(mat1.meta.shape), mat2.meta.shape[1]
+    (m, k), n = tuple(mat1.meta.shape), mat2.meta.shape[1]  # at the hints over symbolic sizes
     if not _pads(b.device, mat1.dtype, m, k, n) or min(m, k, n) == 0:
         raise Unsupported("the product is too small to pad")
     n_pad, k_pad = _padded_size(n, mat1.dtype), _padded_size(k, mat1.dtype)
+    symbolic = sizevars.symbolic(mat1.sizes + mat2.sizes)
+    if symbolic:  # issue 15: rows of a symbolic count, the padded dims static and the rows aligned
+        if sizevars.symbolic((mat1.sizes[1],) + mat2.sizes) or k_pad is not None or _aligned_rows(b, mat1, True) is not mat1:
+            raise Unsupported("over symbolic sizes, a product padded along K or along a symbolic dim")
+        m = mat1.sizes[0]
     operands = (mat1, mat2)
     if k_pad is not None:  # zeros in both: they add nothing
         why = "zeros along K for a matrix product"
@@ -157,21 +165,25 @@ def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: Ten
     args: tuple[Any, ...] = aligned
     if bias is not None:
         args = ((_pad_columns(b, bias, n_pad) if n_pad is not None else bias),) + args
-    whole = torch.empty((m, n_pad or n), dtype=mat1.dtype, device="meta")
+    whole = torch.empty((mat1.meta.shape[0], n_pad or n), dtype=mat1.dtype, device="meta")
     padded = [f"{what} {was} -> {now}" for what, was, now in (("K", k, k_pad), ("N", n, n_pad)) if now]
-    product = b.extern(op, args, kwargs, whole, reason="padded: " + (", ".join(padded) or "rows aligned"))
+    product = b.extern(op, args, kwargs, whole, reason="padded: " + (", ".join(padded) or "rows aligned"),
+                       sizes=((m, n_pad or n), (n_pad or n, 1)) if symbolic else None)
     if n_pad is None:
         return product
     b.padded_products.add(product.view.buffer.name)
-    return b.view((product,), torch.empty_strided((m, n), (n_pad, 1), dtype=mat1.dtype, device="meta"))
+    meta = torch.empty_strided((whole.shape[0], n), (n_pad, 1), dtype=mat1.dtype, device="meta")
+    if symbolic:
+        return TensorArg(ir.View(product.view.buffer, (m, n), (n_pad, 1), 0), meta)
+    return b.view((product,), meta)
 
 
-@register_composite(aten.mm.default)
+@register_composite(aten.mm.default, symbolic=True)
 def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
     return _padded_product(b, aten.mm.default, None, self, mat2, {})
 
 
-@register_composite(aten.addmm.default)
+@register_composite(aten.addmm.default, symbolic=True)
 def addmm(b: GraphLowering, self: TensorArg, mat1: TensorArg, mat2: TensorArg, beta: Any = 1,
           alpha: Any = 1) -> TensorArg:
     if not isinstance(self, TensorArg) or self.meta.dim() != 1:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import sympy
 import torch
 
-from fusebackend import ir
+from fusebackend import ir, sizevars
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext
 from fusebackend.lowering.registry import Unsupported, register_elementwise, register_pointwise
@@ -495,7 +496,7 @@ def arange(
     return value
 
 
-@register_pointwise(aten.cat.default)
+@register_pointwise(aten.cat.default, symbolic=True)
 def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     """Each output element is read from the one input its position along ``dim`` falls in.
 
@@ -503,34 +504,41 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     position falls in it (``IndirectLoad.valid``), so each element is read once. An input
     computed in the same graph can be computed in the concatenating kernel: its loads are then
     masked by that condition (``KernelBody._inlined_part``), so a rotary embedding's negated
-    half, rotation and pass-through make one kernel.
+    half, rotation and pass-through make one kernel. Over symbolic sizes the parts' bounds are
+    expressions in the size symbols, taken by the kernel as arguments; a part whose size is an
+    expression stays (it may be empty at some sizes, where its condition is never true).
     """
     rank = len(ctx.sizes)
     if rank == 0:
         raise Unsupported("cat of 0-dim tensors")
     dim = dim % rank
     # ATen skips 1-D empty tensors whatever the dim (a legacy rule), and empty parts add nothing
-    parts = [t for t in tensors if t.view.sizes != (0,) and t.view.sizes[dim] > 0]
+    parts = [t for t in tensors if t.view.sizes != (0,) and t.view.sizes[dim] != 0]
     if not parts:
         raise Unsupported("cat of empty inputs only")
     if any(len(t.view.sizes) != rank for t in parts):
         raise Unsupported("cat of inputs of another rank")
     dt = _compute(ctx)
-    index_dtype = torch.int32 if math.prod(ctx.sizes) < 2**31 else torch.int64
+    numel = math.prod(ctx.sizes)
+    index_dtype = torch.int32 if not sizevars.symbolic([numel]) and numel < 2**31 else torch.int64
+
+    def bound(value: Any) -> Expr:  # a part's start or end along ``dim``
+        return Constant(value, index_dtype) if not sizevars.symbolic([value]) else ir.IndexValue(value, index_dtype)
+
     here = ir.IndexValue(ctx.vars[dim], index_dtype)
     idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
-    values: list[tuple[int, Expr]] = []  # (end along dim, the part's value there)
-    start = 0
+    values: list[tuple[Any, Expr]] = []  # (end along dim, the part's value there)
+    start: Any = 0
     for t in parts:
         size = t.view.sizes[dim]
         end = start + size
         inside = []
-        if start > 0:
-            inside.append(op("ge", here, Constant(start, index_dtype), dtype=torch.bool))
-        if end < ctx.sizes[dim]:
-            inside.append(op("lt", here, Constant(end, index_dtype), dtype=torch.bool))
+        if start != 0:
+            inside.append(op("ge", here, bound(start), dtype=torch.bool))
+        if sympy.expand(ctx.sizes[dim] - end) != 0:
+            inside.append(op("lt", here, bound(end), dtype=torch.bool))
         valid = inside[0] if len(inside) == 1 else op("logical_and", *inside) if inside else None
-        position: Expr = here if start == 0 else op("sub", here, Constant(start, index_dtype))
+        position: Expr = here if start == 0 else op("sub", here, bound(start))
         if size == 1:
             position = Constant(0, index_dtype)
         # in range where valid: computed from the loop index, not data (nothing to check)
@@ -539,5 +547,5 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     # select, not add: a masked-off load is 0, and 0 + -0.0 would lose the sign of a zero
     body = values[-1][1]
     for end, value in reversed(values[:-1]):
-        body = op("where", op("lt", here, Constant(end, index_dtype), dtype=torch.bool), value, body)
+        body = op("where", op("lt", here, bound(end), dtype=torch.bool), value, body)
     return body

@@ -32,10 +32,10 @@ def _scan(
 ) -> TensorArg:
     """A scan of ``x`` along ``dim`` into a buffer with ``out``'s dtype and layout; the body
     reads ``x`` as ``value_dtype``."""
-    sizes = tuple(out.shape)
+    sizes = tuple(x.sizes)  # the traced sizes (``out`` is at the hints where they are symbolic)
     if out.dtype.is_complex or x.dtype.is_complex:
         raise Unsupported("scan of complex numbers")
-    if not sizes or not all(sizes):
+    if not sizes or any(s == 0 for s in sizes):
         # a 0-dim tensor scans to itself (position 0), an empty one to nothing
         def single(ctx: LoweringContext) -> ir.Expr:
             if scan_type in ("argmax", "argmin"):
@@ -44,7 +44,7 @@ def _scan(
 
         return b.pointwise(sizes, out.dtype, single, tuple(out.stride()))
     dim = dim % len(sizes)
-    ctx = LoweringContext(torch.empty(sizes, dtype=value_dtype, device="meta"), b.device)
+    ctx = LoweringContext(torch.empty(tuple(out.shape), dtype=value_dtype, device="meta"), b.device, sizes=sizes)
     body = ctx.value(x, value_dtype)
     buf = b.new_buffer(sizes, out.dtype, tuple(out.stride()))
     return b.add_node(ir.Scan(buf, body, dim, scan_type, b.origin))
@@ -54,19 +54,19 @@ def _out(b: GraphLowering, k: int | None = None) -> torch.Tensor:
     return b.out_meta if k is None else b.out_meta[k]
 
 
-@register_composite(aten.cumsum.default)
+@register_composite(aten.cumsum.default, symbolic=True)
 def cumsum(b: GraphLowering, self: TensorArg, dim: int, dtype: Any = None) -> TensorArg:
     out = _out(b)
     return _scan(b, self, dim, "sum", out, _accumulator("sum", out.dtype))
 
 
-@register_composite(aten.cumprod.default)
+@register_composite(aten.cumprod.default, symbolic=True)
 def cumprod(b: GraphLowering, self: TensorArg, dim: int, dtype: Any = None) -> TensorArg:
     out = _out(b)
     return _scan(b, self, dim, "prod", out, _accumulator("prod", out.dtype))
 
 
-@register_composite(aten.logcumsumexp.default)
+@register_composite(aten.logcumsumexp.default, symbolic=True)
 def logcumsumexp(b: GraphLowering, self: TensorArg, dim: int) -> TensorArg:
     out = _out(b)
     if not out.dtype.is_floating_point:
@@ -86,7 +86,7 @@ def _extreme(kind: str) -> None:
         return values, indices
 
     lower.__name__ = f"cum{kind}"
-    register_composite(getattr(aten, f"cum{kind}").default)(lower)
+    register_composite(getattr(aten, f"cum{kind}").default, symbolic=True)(lower)
 
 
 _extreme("max")

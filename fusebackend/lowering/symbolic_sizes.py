@@ -10,7 +10,8 @@ the graph is compiled once per shape instead.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Mapping, Sequence
 
 import sympy
 import torch
@@ -106,7 +107,7 @@ class SymbolicSizes:
         same = lambda a, b: len(a) == len(b) and all(sympy.expand(x - y) == 0 for x, y in zip(a, b))  # noqa: E731
         sizes, strides = sizevars.layout(traced_base)
         if not (same(sizes, base.view.sizes) and same(strides, base.view.strides)):
-            raise sizevars.NotSymbolic(f"{node.target}: of a tensor laid out otherwise than traced")
+            return self._view_keeping_dims(node, base, out_meta)
         base_offset = sizevars.to_sympy(traced_base.storage_offset())
         metas, spec = pytree.tree_flatten(out_meta)
         traced = pytree.tree_leaves(node.meta.get("val"))
@@ -125,6 +126,24 @@ class SymbolicSizes:
 
         return pytree.tree_unflatten([make(m, v) for m, v in zip(metas, traced)], spec)
 
+    def _view_keeping_dims(self, node: torch.fx.Node, base: TensorArg, out_meta: Any) -> TensorArg:
+        """A view of a base laid out otherwise than traced (a padded product's columns, rows
+        ``n_pad`` apart), as a reshape of our base's layout (``reshaped_strides``): ``view(1, s,
+        n)`` or ``view(8, s, n)`` of ``[8*s, n]`` with rows ``n_pad`` apart. ``NotSymbolic``
+        where the view is not such a reshape, or where our base's dims that it merges are not
+        laid out one after another."""
+        value, traced_base = node.meta.get("val"), node.args[0].meta.get("val")
+        if not (isinstance(value, torch.Tensor) and isinstance(out_meta, torch.Tensor)):
+            raise sizevars.NotSymbolic(f"{node.target}: of a tensor laid out otherwise than traced")
+        sizes, _ = self._traced_sizes(value, out_meta)
+        offset = sizevars.to_sympy(value.storage_offset()) - sizevars.to_sympy(traced_base.storage_offset())
+        strides = reshaped_strides(base.view.sizes, base.view.strides, sizes, self.hints) if offset == 0 else None
+        if strides is None:
+            raise sizevars.NotSymbolic(f"{node.target}: of a tensor laid out otherwise than traced")
+        if not sizevars.same_layout(out_meta.shape, sizevars.hints(strides, self.hints), out_meta.stride()):
+            raise sizevars.NotSymbolic(f"{node.target}: traced as {sizes}, {tuple(strides)}")
+        return TensorArg(ir.View(base.view.buffer, sizes, tuple(strides), base.view.offset), out_meta)
+
     def _symbolic_outputs(self, node: torch.fx.Node, outputs: list[Any]) -> list[Any]:
         """The graph's outputs with each size among them (a forward graph returns some for its
         backward) as its traced expression: lowering holds them at the hints."""
@@ -137,3 +156,46 @@ class SymbolicSizes:
             elif isinstance(value, (torch.SymFloat, torch.SymBool)):
                 raise sizevars.NotSymbolic(f"output {fx_node.name}: a {type(value).__name__}")
         return result
+
+
+def reshaped_strides(sizes: Sequence[Any], strides: Sequence[Any], new_sizes: Sequence[Any],
+                     hints: Mapping[sympy.Symbol, int]) -> list[Any] | None:
+    """The strides of a view of ``new_sizes`` of a tensor of ``sizes`` and ``strides`` (which
+    may be expressions in size symbols), as ``Tensor.view`` computes them; None where the view
+    would need a copy. The dims of size 1 aside, the old and the new dims are grouped into
+    chunks of equal products (the hints choose which side takes its next dim; each chunk's
+    products must then be equal as polynomials); a chunk of several old dims must be laid out
+    one after another, and its new dims take strides within it, from its last stride up."""
+    old = [(n, st) for n, st in zip(sizes, strides) if n != 1]
+    new = [k for k, n in enumerate(new_sizes) if n != 1]
+    out: list[Any] = [None] * len(new_sizes)
+    i = j = 0
+    while j < len(new):
+        if i == len(old):
+            return None
+        chunk_old, chunk_new = [old[i]], [new[j]]
+        i, j = i + 1, j + 1
+        while sympy.expand(math.prod(n for n, _ in chunk_old) - math.prod(new_sizes[k] for k in chunk_new)) != 0:
+            more_old = sizevars.hint(math.prod(n for n, _ in chunk_old), hints) < sizevars.hint(
+                math.prod(new_sizes[k] for k in chunk_new), hints)
+            if more_old and i < len(old):
+                chunk_old.append(old[i])
+                i += 1
+            elif not more_old and j < len(new):
+                chunk_new.append(new[j])
+                j += 1
+            else:
+                return None
+        for (n, st), (_, outer) in zip(chunk_old[1:], chunk_old):
+            if sympy.expand(outer - st * n) != 0:  # merged dims must be laid out one after another
+                return None
+        stride = chunk_old[-1][1]
+        for k in reversed(chunk_new):
+            out[k] = stride
+            stride = stride * new_sizes[k]
+    if i != len(old):
+        return None
+    for k in reversed(range(len(new_sizes))):  # a dim of 1: as if contiguous over the dims after it
+        if out[k] is None:
+            out[k] = out[k + 1] * new_sizes[k + 1] if k + 1 < len(new_sizes) else 1
+    return out

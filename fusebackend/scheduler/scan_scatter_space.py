@@ -38,7 +38,8 @@ def scan_mapping(scan: ir.Scan, ranges: dict[sympy.Symbol, int]) -> dict[sympy.S
     rows = indexing.unravel(X, row_sizes, indexing.contiguous_strides(row_sizes))
     ivars = indexing.loop_vars("i", len(sizes))
     mapping = {ivars[k]: indexing.simplify(e, ranges) for k, e in zip(others, rows)}
-    mapping[ivars[scan.dim]] = R if sizes[scan.dim] > 1 else sympy.Integer(0)
+    # a length 1 scans at 0 (a symbolic size is never 1: Dynamo's size symbols are at least 2)
+    mapping[ivars[scan.dim]] = R if sizes[scan.dim] != 1 else sympy.Integer(0)
     return mapping
 
 
