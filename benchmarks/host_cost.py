@@ -49,6 +49,7 @@ import torch
 import fusebackend
 from benchmarks.timing import TimingConfig, host_and_gpu_ms, median_ms
 from benchmarks.zoo.registry import ZOO
+from benchmarks.zoo.spec import narrow
 
 
 class Timers:
@@ -155,14 +156,21 @@ class GcClock:
             self.full += info.get("generation") == 2
 
 
-def build_step(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype) -> Callable[[], Any]:
+def build_step(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype,
+               batch: int | None = None, seq: int | None = None) -> Callable[[], Any]:
+    """One step of ``variant``: eager, inductor or fuse; ``-dynamic`` compiles with
+    ``dynamic=True`` (fuse: Dynamo's symbolic graph compiled per shape), ``fuse-symbolic`` too,
+    with one compile for every size (``config.symbolic``, set by ``measure``)."""
     built = ZOO[name].build("real" if device.type == "cuda" else "tiny", device, dtype)
+    if batch is not None or seq is not None:
+        built = narrow(built, batch=batch, seq=seq)
     model = built.model.train(train)
     call: Callable[..., Any] = model
-    if variant == "inductor":
-        call = torch.compile(model)
-    elif variant == "fuse":
-        call = torch.compile(model, backend=fusebackend.fuse)
+    dynamic = variant.endswith(("-dynamic", "-symbolic"))
+    if variant.startswith("inductor"):
+        call = torch.compile(model, dynamic=dynamic)
+    elif variant.startswith("fuse"):
+        call = torch.compile(model, backend=fusebackend.fuse, dynamic=dynamic)
     params = [p for p in model.parameters() if p.requires_grad]
 
     if train:
@@ -206,13 +214,15 @@ def hottest_python(step: Callable[[], Any], steps: int, n: int) -> list[tuple[st
 
 
 def measure(name: str, variant: str, train: bool, device: torch.device, dtype: torch.dtype,
-            steps: int, top_kernels_n: int = 0, profile_n: int = 0) -> dict[str, Any]:
+            steps: int, top_kernels_n: int = 0, profile_n: int = 0, batch: int | None = None,
+            seq: int | None = None) -> dict[str, Any]:
     torch._dynamo.reset()
     fusebackend.metrics.reset()
     timers = Timers()
-    scope = fuse_timers if variant == "fuse" else inductor_timers if variant == "inductor" else None
-    with scope(timers) if scope else contextlib.nullcontext():
-        step = build_step(name, variant, train, device, dtype)
+    scope = fuse_timers if variant.startswith("fuse") else inductor_timers if variant.startswith("inductor") else None
+    with scope(timers) if scope else contextlib.nullcontext(), \
+            fusebackend.config.patch(symbolic=variant == "fuse-symbolic"):
+        step = build_step(name, variant, train, device, dtype, batch, seq)
         start = time.perf_counter()
         step()
         if device.type == "cuda":
@@ -240,7 +250,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
         hot = hottest_python(step, steps, profile_n) if profile_n else []
     per_step = {k: v * 1e3 / steps for k, v in timers.seconds.items()}
     parts: dict[str, float] = {}
-    if variant == "fuse":
+    if variant.startswith("fuse"):
         entry = per_step.get("entry_total", 0.0)  # forward and inference graphs, through AOTAutograd
         backward = per_step.get("graph_backward", 0.0)  # called by autograd's engine
         graph = per_step.get("graph_other", 0.0) + backward
@@ -253,7 +263,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
             "launch": per_step.get("launch", 0.0),
             "wrapper": wrapper - per_step.get("alloc", 0.0) - per_step.get("launch", 0.0),
         }
-    elif variant == "inductor":
+    elif variant.startswith("inductor"):
         compiled = per_step.get("compiled", 0.0)
         parts = {"outside": timed_host_ms - compiled, "compiled": compiled}
     return {
@@ -262,8 +272,9 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
         "timed_host_ms": timed_host_ms, "parts": parts,
         "calls": {k: v // steps for k, v in timers.calls.items()},
         "gc_ms": clock.seconds * 1e3 / steps / 3, "gc_full": clock.full,  # host_and_gpu_ms runs 3 rounds
-        "kernels": sum(a.kernel_count for a in fusebackend.history()) if variant == "fuse" else None,
-        "eager_graphs": fusebackend.metrics.eager_graphs if variant == "fuse" else None,
+        "kernels": sum(a.kernel_count for a in fusebackend.history()) if variant.startswith("fuse") else None,
+        "eager_graphs": fusebackend.metrics.eager_graphs if variant.startswith("fuse") else None,
+        "not_symbolic": dict(fusebackend.metrics.not_symbolic) if variant == "fuse-symbolic" else None,
         "top_kernels": kernels,
         "hottest_python": hot,
     }
@@ -276,14 +287,18 @@ def row_text(r: dict[str, Any]) -> str:
     bound = " HOST-BOUND" if r["gpu_ms"] is not None and r["host_ms"] > r["gpu_ms"] else ""
     kernels = "".join(f"\n{'':44s}{us:9.1f} us {n:4d}x {k[:90]}" for k, n, us in r["top_kernels"])
     kernels += "".join(f"\n{'':44s}{us:9.1f} us {n:4d}x py {k}" for k, n, us in r["hottest_python"])
-    return (f"{r['model']:24s} {r['mode']:9s} {r['variant']:8s} do_bench {bench:>7s}  host {r['host_ms']:.3f}  "
+    return (f"{r['model']:24s} {r['mode']:9s} {r['variant']:16s} do_bench {bench:>7s}  host {r['host_ms']:.3f}  "
             f"gpu {gpu}  gc {r['gc_ms']:.3f} ({r['gc_full']} full){bound}\n{'':44s}{parts}{kernels}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.host_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", required=True)
-    parser.add_argument("--variants", default="eager,inductor,fuse")
+    parser.add_argument("--variants", default="eager,inductor,fuse",
+                        help="of eager, inductor, fuse, inductor-dynamic, fuse-dynamic (dynamic=True, compiled per "
+                             "shape), fuse-symbolic (dynamic=True, one compile for every size)")
+    parser.add_argument("--batch", type=int, default=None, help="the first rows of each input")
+    parser.add_argument("--seq", type=int, default=None, help="the first positions of each token input")
     parser.add_argument("--train", action="store_true")
     parser.add_argument("--steps", type=int, default=5, help="steps per round (fewer for big training steps)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -306,12 +321,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 cmd += ["--train"] if args.train else []
                 cmd += ["--json", args.json] if args.json else []
                 cmd += ["--dtype", args.dtype] if args.dtype else []
+                cmd += ["--batch", str(args.batch)] if args.batch else []
+                cmd += ["--seq", str(args.seq)] if args.seq else []
                 cmd += ["--kernels", str(args.kernels), "--profile", str(args.profile)]
                 subprocess.run(cmd, check=False, env=dict(os.environ))
             continue
         for variant in args.variants.split(","):
             with fusebackend.config.patch(interpret=device.type == "cpu"):
-                result = measure(name, variant, args.train, device, dtype, args.steps, args.kernels, args.profile)
+                result = measure(name, variant, args.train, device, dtype, args.steps, args.kernels, args.profile,
+                                 args.batch, args.seq)
             print(row_text(result), flush=True)
             if args.json:
                 with open(args.json, "a") as f:
