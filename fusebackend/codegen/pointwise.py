@@ -21,8 +21,8 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.config import config, use_interpreter
-from fusebackend.codegen.body import (GRID_WAIT, HEADER, KernelBody, KernelSource, describe, header, in_place_pairs,
-                                      kernel_name, sizes_in)
+from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
+from fusebackend.codegen.kernel_header import HEADER, header, sizes_in
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.sizevars import ceil_div, size_hint

@@ -26,8 +26,8 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import (GRID_WAIT, KernelBody, KernelSource, describe, header, in_place_pairs, kernel_name,
-                                      sizes_in)
+from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
+from fusebackend.codegen.kernel_header import header, sizes_in
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime

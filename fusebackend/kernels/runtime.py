@@ -179,7 +179,7 @@ class Launcher:
     def __init__(self, kernel: Any, grid: int | None, launch: dict[str, int],
                  home: dict[str, Any] | None = None, name: str = "") -> None:
         """``grid`` None: each call gives its grid after the stream (a kernel over symbolic
-        sizes, whose int arguments Triton does not specialize: ``codegen.body.header``)."""
+        sizes, whose int arguments Triton does not specialize: ``codegen.kernel_header.header``)."""
         self.kernel = kernel
         self.per_call = grid is None
         self.grid = (grid or 0, 1, 1)

@@ -107,7 +107,7 @@ class SymbolicSizes:
         same = lambda a, b: len(a) == len(b) and all(sympy.expand(x - y) == 0 for x, y in zip(a, b))  # noqa: E731
         sizes, strides = sizevars.layout(traced_base)
         if not (same(sizes, base.view.sizes) and same(strides, base.view.strides)):
-            return self._view_keeping_dims(node, base, out_meta)
+            return self._reshaped_view(node, base, out_meta)
         base_offset = sizevars.to_sympy(traced_base.storage_offset())
         metas, spec = pytree.tree_flatten(out_meta)
         traced = pytree.tree_leaves(node.meta.get("val"))
@@ -126,7 +126,7 @@ class SymbolicSizes:
 
         return pytree.tree_unflatten([make(m, v) for m, v in zip(metas, traced)], spec)
 
-    def _view_keeping_dims(self, node: torch.fx.Node, base: TensorArg, out_meta: Any) -> TensorArg:
+    def _reshaped_view(self, node: torch.fx.Node, base: TensorArg, out_meta: Any) -> TensorArg:
         """A view of a base laid out otherwise than traced (a padded product's columns, rows
         ``n_pad`` apart), as a reshape of our base's layout (``reshaped_strides``): ``view(1, s,
         n)`` or ``view(8, s, n)`` of ``[8*s, n]`` with rows ``n_pad`` apart. ``NotSymbolic``
