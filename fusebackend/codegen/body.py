@@ -456,7 +456,7 @@ class KernelBody:
     def _size_text(self, size: int | sympy.Expr) -> str:
         """A size or stride in the kernel's text: over symbolic sizes, of the size arguments."""
         self.size_symbols |= sizes_in(size)
-        return indexing.pexpr(sympy.sympify(size)) if not isinstance(size, int) else str(size)
+        return indexing.pexpr(sympy.sympify(size))
 
     def _statement(self, text: str) -> None:
         """Emit a statement with no value (an assert) once per scope chain, as ``_emit`` would."""

@@ -21,10 +21,11 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from fusebackend import ir, sizevars
+from fusebackend import ir
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_pointwise
+from fusebackend.lowering.values import size_value
 
 aten = torch.ops.aten
 
@@ -129,8 +130,7 @@ def index(ctx: LoweringContext, self: Any, indices: Any) -> Expr:
     for d, t in tensors.items():
         lead = nb - len(t.sizes)  # index tensors broadcast aligned on their last dims
         p = cast(_load_at(t, bvars[lead:]), torch.int64)
-        size = ir.IndexValue(self.sizes[d], torch.int64) if sizevars.symbolic([self.sizes[d]]) else (
-            Constant(self.sizes[d], torch.int64))
+        size = size_value(self.sizes[d], torch.int64)
         wrapped = op("where", op("lt", p, Constant(0, torch.int64), dtype=torch.bool), op("add", p, size), p)
         positions.append((d, wrapped))
     return _checked(self.view, at, positions)

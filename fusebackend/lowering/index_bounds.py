@@ -24,6 +24,7 @@ sympy cannot decide a comparison of them for every value, nothing of that node i
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional
 
 import sympy
@@ -233,21 +234,11 @@ def _le(a: Any, b: Any) -> bool:
 
 
 def _min(*values: Any) -> Any:
-    if all(isinstance(v, int) for v in values):
-        return min(values)
-    best = values[0]
-    for v in values[1:]:
-        best = v if _le(v, best) else best
-    return best
+    return functools.reduce(lambda a, b: b if _le(b, a) else a, values)
 
 
 def _max(*values: Any) -> Any:
-    if all(isinstance(v, int) for v in values):
-        return max(values)
-    best = values[0]
-    for v in values[1:]:
-        best = v if _le(best, v) else best
-    return best
+    return functools.reduce(lambda a, b: b if _le(a, b) else a, values)
 
 
 def _trunc_div(a: Any, b: int, low: bool) -> Any:

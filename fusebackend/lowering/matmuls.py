@@ -113,18 +113,21 @@ def _zero_padded(b: GraphLowering, x: TensorArg, dim: int, size: int, why: str) 
     return _transposed(padded) if flip else padded
 
 
-def _aligned_rows(b: GraphLowering, x: TensorArg, check: bool = False) -> TensorArg | None:
-    """``x`` (2-d), or where its rows (columns, if column-major) start a badly aligned number
-    of elements apart, ``x`` as a view of a copy whose rows do (``check``: None then, no copy
-    made)."""
-    per_row = _per_row(x.dtype)
+def _rows_aligned(x: TensorArg) -> bool:
+    """Whether ``x``'s rows (columns, if column-major) start a multiple of 16 bytes apart."""
     flip = _column_major(x)
     lead = x.meta.stride(1) if flip else x.meta.stride(0)
-    inner = x.sizes[0] if flip else x.sizes[1]
-    if lead % per_row == 0 or x.sizes[1 if flip else 0] == 1:
+    return lead % _per_row(x.dtype) == 0 or x.sizes[1 if flip else 0] == 1
+
+
+def _aligned_rows(b: GraphLowering, x: TensorArg) -> TensorArg:
+    """``x`` (2-d), or where its rows (columns, if column-major) start a badly aligned number
+    of elements apart, ``x`` as a view of a copy whose rows do."""
+    if _rows_aligned(x):
         return x
-    if check:
-        return None
+    flip = _column_major(x)
+    inner = x.sizes[0] if flip else x.sizes[1]
+    per_row = _per_row(x.dtype)
     padded = _zero_padded(b, x, 0 if flip else 1, _round_up(inner, per_row), "aligned rows for a matrix product")
     strides = (1, padded.meta.stride(1)) if flip else (padded.meta.stride(0), 1)
     return b.view((padded,), torch.empty_strided(x.sizes, strides, dtype=x.dtype, device="meta"))
@@ -150,7 +153,7 @@ def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: Ten
     n_pad, k_pad = _padded_size(n, mat1.dtype), _padded_size(k, mat1.dtype)
     symbolic = sizevars.symbolic(mat1.sizes + mat2.sizes)
     if symbolic:  # issue 15: rows of a symbolic count, the padded dims static and the rows aligned
-        if sizevars.symbolic((mat1.sizes[1],) + mat2.sizes) or k_pad is not None or _aligned_rows(b, mat1, True) is not mat1:
+        if sizevars.symbolic((mat1.sizes[1],) + mat2.sizes) or k_pad is not None or not _rows_aligned(mat1):
             raise Unsupported("over symbolic sizes, a product padded along K or along a symbolic dim")
         m = mat1.sizes[0]
     operands = (mat1, mat2)

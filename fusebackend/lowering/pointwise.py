@@ -19,6 +19,7 @@ from fusebackend import ir, sizevars
 from fusebackend.ir import Constant, Expr, cast, op
 from fusebackend.lowering.graph import LoweringContext
 from fusebackend.lowering.registry import Unsupported, register_elementwise, register_pointwise
+from fusebackend.lowering.values import size_value
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -522,8 +523,6 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     numel = math.prod(ctx.sizes)
     index_dtype = torch.int32 if not sizevars.symbolic([numel]) and numel < 2**31 else torch.int64
 
-    def bound(value: Any) -> Expr:  # a part's start or end along ``dim``
-        return Constant(value, index_dtype) if not sizevars.symbolic([value]) else ir.IndexValue(value, index_dtype)
 
     here = ir.IndexValue(ctx.vars[dim], index_dtype)
     idx = tuple(0 if k == dim else ctx.vars[k] for k in range(rank))
@@ -534,11 +533,11 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
         end = start + size
         inside = []
         if start != 0:
-            inside.append(op("ge", here, bound(start), dtype=torch.bool))
+            inside.append(op("ge", here, size_value(start, index_dtype), dtype=torch.bool))
         if sympy.expand(ctx.sizes[dim] - end) != 0:
-            inside.append(op("lt", here, bound(end), dtype=torch.bool))
+            inside.append(op("lt", here, size_value(end, index_dtype), dtype=torch.bool))
         valid = inside[0] if len(inside) == 1 else op("logical_and", *inside) if inside else None
-        position: Expr = here if start == 0 else op("sub", here, bound(start))
+        position: Expr = here if start == 0 else op("sub", here, size_value(start, index_dtype))
         if size == 1:
             position = Constant(0, index_dtype)
         # in range where valid: computed from the loop index, not data (nothing to check)
@@ -547,5 +546,5 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     # select, not add: a masked-off load is 0, and 0 + -0.0 would lose the sign of a zero
     body = values[-1][1]
     for end, value in reversed(values[:-1]):
-        body = op("where", op("lt", here, bound(end), dtype=torch.bool), value, body)
+        body = op("where", op("lt", here, size_value(end, index_dtype), dtype=torch.bool), value, body)
     return body

@@ -11,7 +11,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 from torch.utils import _pytree as pytree
 
-from fusebackend import indexing, ir
+from fusebackend import indexing, ir, sizevars
 from fusebackend.lowering.registry import Unsupported
 
 
@@ -96,3 +96,9 @@ def beyond_kernels(args: Any, kwargs: Any, out_meta: Any) -> str | None:
         if t.is_conj() or t.is_neg():
             return "a tensor with a conjugate or negative bit"
     return None
+
+
+def size_value(size: Any, dtype: torch.dtype) -> ir.Expr:
+    """A size (a part's bound, a dim's length) as a value of ``dtype`` in a node's body: a
+    constant, or over symbolic sizes an expression the kernel computes from its size arguments."""
+    return ir.IndexValue(size, dtype) if sizevars.symbolic([size]) else ir.Constant(size, dtype)
