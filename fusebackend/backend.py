@@ -80,8 +80,8 @@ class FusedGraph:
         self.fast: tuple[SignatureCheck, _Entry] | None = None
         self.mutates = mutates if mutates is not None else graph_mutates(self.gm)
         self.autotune = autotune
-        self.symbolic_tried = False  # config.symbolic: one compile for all sizes was attempted
-        self.symbolic_entry: _Entry | None = None  # and made: it serves each signature that fits
+        self.symbolic_tried = False  # one compile for all sizes was attempted (config.symbolic)
+        self.symbolic_call: Callable[[list[Any]], Any] | None = None  # and made: it serves each signature that fits
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -112,7 +112,7 @@ class FusedGraph:
         """Count this graph's compiles for more than one input signature; warn once at
         ``config.specialization_warning`` of them (a server whose sizes change with every
         request would otherwise compile without end, silently)."""
-        count = len({id(entry) for entry in self.cache.values()})  # a compile for all sizes counts once
+        count = len({id(entry.call) for entry in self.cache.values()})  # a compile for all sizes counts once
         names = symbolic.symbols(self.gm)  # the graph's traced values keep their symbols (lowering adds no guard)
         metrics.specialized[self.name] = (count, names)
         if count == config.specialization_warning:
@@ -122,7 +122,7 @@ class FusedGraph:
 
     def _compile_symbolic(self, args: list[Any]) -> None:
         """Try one compile for every size of a graph whose sizes Dynamo made symbolic
-        (``config.symbolic``), once: it then serves every call whose inputs have the traced
+        (``config.symbolic`` not "off"), once: it then serves every call whose inputs have the traced
         sizes, strides and dtypes at some value of the symbols (``symbolic.fits``). Where it
         cannot be made, ``metrics.not_symbolic`` says why and the graph is compiled per shape."""
         self.symbolic_tried = True
@@ -131,7 +131,7 @@ class FusedGraph:
         try:
             compiled = compile_graph(lambda: self.gm, args, self.name, self.user_outputs, self.digest, self.autotune,
                                      symbolic_sizes=True)
-            self.symbolic_entry = _Entry(compiled.call, False)
+            self.symbolic_call = compiled.call
         except sizevars.NotSymbolic as exc:
             metrics.not_symbolic[self.name] = str(exc)
         except Exception as exc:  # a fault of the symbolic track: said, and the graph compiled per shape
@@ -148,10 +148,12 @@ class FusedGraph:
         key = input_key(args)
         entry = self.cache.get(key)
         if entry is None:
-            if config.symbolic and not self.symbolic_tried:
+            if config.symbolic != "off" and not self.symbolic_tried:
                 self._compile_symbolic(args)
-        if entry is None and self.symbolic_entry is not None and symbolic.fits(self.gm, args):
-            entry = self.cache[key] = self.symbolic_entry
+        if entry is None and self.symbolic_call is not None and symbolic.fits(self.gm, args):
+            # the compile for every size serves this signature; an entry of its own holds the
+            # signature's fast check (a check made at another size would fail every call)
+            entry = self.cache[key] = _Entry(self.symbolic_call, False)
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""

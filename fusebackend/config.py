@@ -22,6 +22,14 @@ def _env_int(name: str, default: int) -> int:
     return default if raw in (None, "") else int(raw)
 
 
+def _env_symbolic() -> str:
+    raw = os.environ.get("FUSE_SYMBOLIC", "auto").lower()
+    value = {"1": "on", "0": "off", "": "auto"}.get(raw, raw)
+    if value not in ("auto", "on", "off"):
+        raise ValueError(f"FUSE_SYMBOLIC={raw!r}: auto, on (1) or off (0)")
+    return value
+
+
 def _env_interpret() -> bool | None:
     raw = os.environ.get("FUSE_INTERPRET", "auto").lower()
     if raw in ("1", "true", "yes"):
@@ -59,10 +67,14 @@ class Config:
     specialization_warning: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_SPECIALIZATION_WARNING", 8)
     )
-    # FUSE_SYMBOLIC: 1 compiles a graph whose sizes Dynamo made symbolic once for all of its sizes
-    # where fuse can (issue 15, in progress: ``sizevars.py``); where it cannot, the reason is in
-    # ``metrics.not_symbolic`` and the graph is compiled once per shape, as with 0 (the default).
-    symbolic: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_SYMBOLIC", 0) != 0)
+    # FUSE_SYMBOLIC: how a graph whose sizes Dynamo made symbolic is compiled (issue 15:
+    # ``symbolic.py``, ``sizevars.py``). "auto" (the default): once for all of its sizes, where
+    # fuse can and where its kernels are those a compile for the first call's sizes would make
+    # (not where that compile would split a reduction or tile a pointwise kernel, which the
+    # compile for every size does not yet); "on" (or 1): once for all sizes wherever fuse can;
+    # "off" (or 0): once per shape. Where a graph is compiled per shape, ``metrics.not_symbolic``
+    # says why.
+    symbolic: str = dataclasses.field(default_factory=lambda: _env_symbolic())
     # FUSE_MAX_FUSION_SIZE: most IR nodes one kernel may hold.
     max_fusion_size: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_MAX_FUSION_SIZE", 64)

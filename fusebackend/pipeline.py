@@ -53,7 +53,8 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     # the processes that compile kernels start (importing Triton) while this graph is lowered
     precompile.start_compile_workers(next((a.device for a in args if isinstance(a, torch.Tensor)), None))
     # heuristics read symbolic sizes at this call's (sizevars.size_hint)
-    with sizevars.hinted(symbolic.binding(_module(gm), args) if symbolic_sizes else {}):
+    with sizevars.hinted(symbolic.binding(_module(gm), args) if symbolic_sizes else {}), \
+            sizevars.noting_declines(strict=symbolic_sizes and config.symbolic == "auto") as declined:
         with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
             gm = _module(gm)
             graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes)
@@ -72,10 +73,12 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
         wrapper=wrapper.source,
         constants=wrapper.constants,
         kernels=[cache.KernelRecord(k.name, k.source, k.grid, k.launch, tuple(dtypes[a] for a in k.args), k.sizes,
-                                    tuple((v.source, v.grid, v.launch) for v in k.variants), k.written())
+                                    tuple((v.source, v.grid, v.launch) for v in k.variants), k.written(),
+                                    k.short_rows)
                  for k in kernels],
         texts={"aten_graph": gm.code, "ir": str(graph), "fused_ir": _fused_ir(sched, kernels),
-               "schedule": f"{sched.report()}\n{wrapper.memory}"},
+               "schedule": f"{sched.report()}\n{wrapper.memory}"
+                           + "".join(f"\nnot made over symbolic sizes: {what}" for what in declined)},
         fallbacks=dict(metrics.fallbacks - fallbacks_before),
         fx_values=dict(graph.fx_values),
     )
@@ -155,6 +158,10 @@ def _load(entry: cache.Entry, name: str, artifacts: dump.CompiledArtifacts) -> t
         per_call = not isinstance(k.grid, int)  # over symbolic sizes: each call's grid (not precompiled)
         launcher = runtime.Launcher(kernel, None if per_call else k.grid, k.launch, vars(module), k.name)
         setattr(module, k.name, launcher)
+        if k.short_rows is not None:  # its persistent kernel for rows that fit one block, in its module
+            short = getattr(runtime.load_module(k.source, k.name), f"{k.name}_persistent")
+            setattr(module, f"{k.name}_persistent",
+                    runtime.Launcher(short, None, k.launch, vars(module), f"{k.name}_persistent"))
         if k.grid and not per_call:
             launchers.append((launcher, k.arg_dtypes, k.sizes))
     for cname, value in entry.constants.items():

@@ -166,6 +166,31 @@ def size_hint(expr: sympy.Expr | int) -> int:
     return int(expr) if getattr(expr, "is_Integer", False) else hint(expr, _HINTS[-1])
 
 
+_DECLINED: list[tuple[list[str], bool]] = [([], False)]
+
+
+@contextlib.contextmanager
+def noting_declines(strict: bool = False) -> Iterator[list[str]]:
+    """Within: ``decline`` notes, in the list this yields, each kernel choice that a compile for
+    one shape would make at the hints and the compile for every size does not (a split
+    reduction, a transposing tile); ``strict`` (``config.symbolic`` "auto"): the first one raises
+    ``NotSymbolic`` instead, and the graph is compiled per shape, without lowering the rest."""
+    _DECLINED.append(([], strict))
+    try:
+        yield _DECLINED[-1][0]
+    finally:
+        _DECLINED.pop()
+
+
+def decline(what: str) -> None:
+    """Note a kernel choice declined over symbolic sizes (``noting_declines``)."""
+    noted, strict = _DECLINED[-1]
+    if strict:
+        raise NotSymbolic(f"{what} at the first call's sizes, which the compile for every size does not make "
+                          "(FUSE_SYMBOLIC=on compiles it without)")
+    noted.append(what)
+
+
 def ceil_div(a: int | sympy.Expr, b: int) -> int | sympy.Expr:
     """``a / b`` rounded up (a grid over ``a`` elements in blocks of ``b``), an expression of
     fuse's where ``a`` is symbolic."""

@@ -1,12 +1,13 @@
-"""Graphs with symbolic sizes (``dynamic=True``, ``mark_dynamic``, automatic dynamic shapes).
-
-fuse compiles a graph whose sizes Dynamo made symbolic once per concrete shape (``symbolic.py``):
-each specialization matches eager, and ``metrics.specialized`` says which graphs were compiled per
+"""Graphs with symbolic sizes (``dynamic=True``, ``mark_dynamic``, automatic dynamic shapes),
+compiled once per concrete shape (``config.symbolic`` "off", set for every test here; the
+compile for every size, fuse's default, is tested in ``test_symbolic_compile.py``): each
+specialization matches eager, and ``metrics.specialized`` says which graphs were compiled per
 shape, how many times, and their symbols.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -15,6 +16,12 @@ import torch.nn.functional as F
 
 import fusebackend
 from fusebackend import backend, symbolic
+
+
+@pytest.fixture(autouse=True)
+def _per_shape() -> None:
+    with fusebackend.config.patch(symbolic="off"):
+        yield
 
 
 def _norm_after_gelu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -125,3 +132,26 @@ def test_symbolic_input_layouts_must_give_the_calls_own() -> None:
     assert input_layout(node, x, {s0: 4, s1: 6}) == ((s0, s1), (s1, 1))
     with pytest.raises(sizevars.NotSymbolic, match="traced as"):
         input_layout(node, x.t(), {s0: 6, s1: 4})  # the same sizes at another binding, transposed
+
+
+class _ScaledByAttribute(torch.nn.Module):
+    """GPT-2's GELU scale, ``sqrt(2 / pi)``, from a float attribute: with ``dynamic=True`` Dynamo
+    does not specialize the float, and its division reaches the graph as ``aten.true_divide``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = 2.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * math.sqrt(self.c / math.pi) + 1
+
+
+def test_arithmetic_on_an_unspecialized_float_is_one_kernel() -> None:
+    module = _ScaledByAttribute()
+    compiled = torch.compile(module, backend="fuse", dynamic=True)
+    for shape in ((5, 7), (3, 2)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x), module(x), rtol=1e-6, atol=1e-6)
+    names = [name for artifacts in fusebackend.history() for name in artifacts.kernels]
+    assert len(names) == len(fusebackend.history()) and all("true_divide" in n for n in names), names
+    assert not fusebackend.metrics.fallbacks, dict(fusebackend.metrics.fallbacks)

@@ -24,7 +24,7 @@ from fusebackend.config import config
 
 @pytest.fixture(autouse=True)
 def _symbolic() -> None:
-    with config.patch(symbolic=True):
+    with config.patch(symbolic="on"):
         yield
 
 
@@ -55,6 +55,31 @@ def test_a_normalization_over_a_symbolic_row_length_is_compiled_once() -> None:
     assert "for roffset in range(0, rnumel, RBLOCK):" in source and "do_not_specialize" in source
     assert "tl.program_id(0).to(tl.int64)" in source
     assert "persistent" not in source.split("def ")[1].split("\n")[0]
+
+
+def test_rows_of_a_symbolic_length_take_a_persistent_or_a_looped_kernel_at_each_call() -> None:
+    """Two size classes of one reduction (issue 15, item 3): rows that fit the block the
+    heuristic chose at the first call's sizes run persistent, longer rows looped; the wrapper
+    chooses at each call, and the one compile serves both."""
+    def softmax_rows(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2, dim=-1) + x.amax(-1, keepdim=True)
+
+    compiled = torch.compile(softmax_rows, backend="fuse", dynamic=True)
+    dump.clear()
+    first = torch.randn(6, 24)
+    torch.testing.assert_close(compiled(first), softmax_rows(first), rtol=1e-5, atol=1e-5)
+    (artifacts,) = dump.history()
+    (name, source), = [(n, s) for n, s in artifacts.kernels.items() if "red" in n]
+    block = 32  # the first call's rows of 24, in one block of the next power of two
+    assert f"def {name}_persistent(" in source and source.count("@triton.jit") == 2
+    assert re.search(rf"\n +if s\d+ <= {block}:  # rows that fit one block", artifacts.wrapper), artifacts.wrapper
+    looped, persistent = source.split(f"def {name}_persistent(")
+    assert "for roffset in range(0, rnumel, RBLOCK):" in looped and "for roffset" not in persistent
+    assert "rmask = rindex < rnumel" in persistent  # rows shorter than the block are masked
+    for rows, length in ((5, 3), (7, block), (4, block + 1), (3, 100), (9, 17)):
+        x = torch.randn(rows, length)
+        torch.testing.assert_close(compiled(x), softmax_rows(x), rtol=1e-5, atol=1e-5)
+    _compiled_once(symbols=2)
 
 
 def test_a_reduction_over_a_symbolic_batch_is_compiled_once() -> None:
@@ -182,6 +207,23 @@ def test_the_compile_for_every_size_is_loaded_from_disk_at_other_sizes() -> None
     x = torch.randn(11, 5)
     torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)  # the loaded one, at a third size
     assert fusebackend.metrics.graphs_compiled == 1 and not fusebackend.metrics.specialized
+
+
+def test_each_size_served_by_the_compile_for_every_size_is_checked_fast(monkeypatch) -> None:
+    """Repeated calls at one size take the signature's fast check (``signature.SignatureCheck``),
+    not the full key, at every size the compile for all sizes serves: a check made at the first
+    size only would send every call at another size through ``input_key`` (GPT-2 on an H200:
+    about 5% of a step at batch 1)."""
+    from fusebackend import backend
+
+    keys = []
+    monkeypatch.setattr(backend, "input_key", lambda args: keys.append(1) or fusebackend.signature.input_key(args))
+    compiled = torch.compile(lambda x: F.gelu(x).softmax(-1) * 2, backend="fuse", dynamic=True)
+    for seq in (7, 20, 20, 20, 7, 7, 7):
+        x = torch.randn(3, seq)
+        torch.testing.assert_close(compiled(x), F.gelu(x).softmax(-1) * 2, rtol=1e-5, atol=1e-5)
+    assert len(keys) == 3  # the first call at 7, at 20, and back at 7; the repeats are fast
+    _compiled_once()
 
 
 def test_a_direct_launch_takes_each_calls_grid_and_leaves_ints_past_int32_to_triton() -> None:
@@ -349,3 +391,57 @@ def test_reshaped_strides_match_tensor_view_at_several_sizes(case: str) -> None:
             assert got is None and expected is None, (hints, got, expected)
             continue
         assert [g for g, n in zip(at(got), at(new)) if n != 1] == [e for e, n in zip(expected, at(new)) if n != 1]
+
+
+def test_by_default_a_graph_is_compiled_once_for_every_size() -> None:
+    from fusebackend.config import Config
+
+    assert Config().symbolic == "auto"  # FUSE_SYMBOLIC unset: the default
+
+
+def _column_sums_of_long_columns(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(0) * 2  # few, long columns: a compile at the first call's sizes splits the sum
+
+
+def test_auto_compiles_per_shape_where_the_first_sizes_would_split_a_reduction() -> None:
+    """"auto": a split reduction (made at the sizes compiled, not yet over symbolic sizes) sends
+    the graph to one compile per shape, as fast as before; "on" compiles it once, unsplit, and
+    the schedule says what it did not make."""
+    compiled = torch.compile(_column_sums_of_long_columns, backend="fuse")
+    with config.patch(symbolic="auto"):
+        for rows in (4096, 5000):
+            x = torch.randn(rows, 8)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch.testing.assert_close(compiled(x), _column_sums_of_long_columns(x), rtol=1e-4, atol=1e-4)
+    ((name, reason),) = fusebackend.metrics.not_symbolic.items()
+    assert reason.startswith("a split column reduction (8 outputs of 4096 elements each)"), reason
+    assert "FUSE_SYMBOLIC=on" in reason
+    assert fusebackend.metrics.specialized[name][0] == 2
+    assert all("split, phase 1" in a.fused_ir for a in dump.history())
+
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    dump.clear()
+    compiled = torch.compile(_column_sums_of_long_columns, backend="fuse")
+    for rows in (4096, 5000):  # the fixture's "on"
+        x = torch.randn(rows, 8)
+        torch._dynamo.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), _column_sums_of_long_columns(x), rtol=1e-4, atol=1e-4)
+    artifacts = _compiled_once(symbols=1)
+    assert "not made over symbolic sizes: a split column reduction" in artifacts.schedule
+    assert "split" not in artifacts.fused_ir
+
+
+def test_auto_compiles_per_shape_where_an_op_has_no_lowering_over_symbolic_sizes() -> None:
+    """An op fuse lowers into kernels at one shape only (``frexp``) would be an ATen call in the
+    compile for every size: "auto" compiles per shape instead, "on" makes the ATen call."""
+    def mantissa(x: torch.Tensor) -> torch.Tensor:
+        return torch.frexp(x * 3).mantissa + 1
+
+    compiled = torch.compile(mantissa, backend="fuse", dynamic=True)
+    with config.patch(symbolic="auto"):
+        for n in (5, 9):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), mantissa(x))
+    assert "a lowering of aten.frexp.Tensor into kernels" in next(iter(fusebackend.metrics.not_symbolic.values()))
+    assert not fusebackend.metrics.fallbacks

@@ -4,10 +4,13 @@ compares with eager; the generated source shows which kernels were tiled and the
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from helpers import check, kernel_count, kernels
+import fusebackend
+from helpers import assert_same, check, kernel_count, kernels
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -131,6 +134,7 @@ def test_small_batch_norm_stays_flat_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -
     source = _source()
     assert "rows (y) of" not in source and "YBLOCK" not in source
     monkeypatch.setattr(runtime, "SMALL_POINTWISE", 0)  # another shape: not the cached graph's
+    torch._dynamo.reset()  # compiled for its sizes again, not for every size (automatic dynamic shapes)
     check(_batch_norm_nhwc, *_bn_inputs(4, 64, 5, 2, torch.bfloat16))
     assert "# tiled: 40 rows (y) of 64 columns (x)" in _source()
 
@@ -180,3 +184,45 @@ def test_column_tiles_off() -> None:
     with fusebackend.config.patch(column_tiles=False):
         check(_batch_norm_nhwc, *_bn_inputs(2, 64, 5, 4, torch.float32))
     assert "tiled" not in _source()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_column_tile_over_a_symbolic_batch_masks_its_rows(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: with the batch symbolic, the rows (y) are a symbolic count and the columns the
+    static channels. The blocks cannot divide the rows at every size: the rows past the end are
+    not stored, and read the last row again, so that the per-channel loads stay [1, XBLOCK]
+    blocks with no mask. One compile serves every batch, odd ones included."""
+    from fusebackend.kernels import runtime
+
+    monkeypatch.setattr(runtime, "SMALL_POINTWISE", 0)  # on a GPU too, where kernels this small stay flat
+    compiled = torch.compile(_batch_norm_nhwc, backend="fuse")
+    params = _bn_inputs(1, 64, 5, 4, dtype)[1:]
+    for n in (2, 3, 7, 5, 9):  # (Dynamo compiles a batch of 1 apart: a size of 1 is never symbolic)
+        x = torch.randn(n, 64, 5, 4).to(dtype).to(memory_format=torch.channels_last)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert_same(compiled(x, *params), _batch_norm_nhwc(x, *params))
+    assert fusebackend.metrics.graphs_compiled == 1 and not fusebackend.metrics.specialized
+    source = _source()
+    assert re.search(r"# tiled: \d+\*s\d+ rows \(y\) of 64 columns \(x\).*masked at the stores", source), source
+    assert "y_index = tl.minimum(y_index_raw, ysize - 1)" in source and source.count(", ymask)") == 1
+    assert "xcmask" not in source  # the channels, static: blocks of columns that divide them
+    for k in range(1, 5):
+        assert f"tl.load(in_ptr{k} + (x_inner))" in source
+
+
+def test_a_transpose_over_symbolic_sizes_is_tiled_and_masked() -> None:
+    """Issue 15: both extents of the tile symbolic (``dynamic=True``): blocks chosen at the
+    first call's sizes, every load in range (positions past an extent read its last one again),
+    the stores masked along both; one compile for every size, odd and tiny ones included."""
+    def transposed(x: torch.Tensor) -> torch.Tensor:
+        return (x.transpose(1, 2) * 2).contiguous()
+
+    compiled = torch.compile(transposed, backend="fuse", dynamic=True)
+    for shape in ((3, 40, 24), (2, 37, 129), (5, 2, 3), (1, 70, 9)):
+        x = torch.randn(shape)
+        assert_same(compiled(x), transposed(x))
+    assert not fusebackend.metrics.specialized and not fusebackend.metrics.not_symbolic
+    source = list(kernels().values())[-1]
+    assert "masked at the stores" in source and ", ymask & xcmask)" in source
+    assert "x_inner = tl.minimum(x_inner_raw, xsize - 1)" in source and "y_index = tl.minimum(y_index_raw, ysize - 1)" in source
+    assert "xindex" not in source  # tiled: no flat index

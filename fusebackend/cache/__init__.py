@@ -67,6 +67,9 @@ class KernelRecord:
     # of the arguments the kernel stores into (kernels/autotune.py)
     variants: tuple[tuple[str, int, dict[str, Any]], ...] = ()
     written: tuple[int, ...] = ()
+    # rows of a symbolic length: the RBLOCK up to which ``<name>_persistent`` (in ``source``) runs
+    # a call's rows (codegen.KernelSource.short_rows)
+    short_rows: int | None = None
 
 
 @dataclasses.dataclass

@@ -53,6 +53,10 @@ class KernelSource:
     # of the output, in the same program: the output may be written into the input's memory
     # where the input dies here (codegen/memory.py)
     in_place: tuple[tuple[str, str], ...] = ()
+    # a row reduction over a symbolic row length: the RBLOCK of the persistent kernel ``<name>_persistent``
+    # (in ``source`` too) that the wrapper launches in this one's place where a call's rows fit
+    # one block (codegen/reduction.py); None: this kernel serves every call
+    short_rows: int | None = None
 
     def written(self) -> tuple[int, ...]:
         """The positions in ``args`` of the buffers it stores."""

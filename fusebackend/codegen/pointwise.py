@@ -25,7 +25,7 @@ from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, descri
 from fusebackend.codegen.kernel_header import HEADER, header, sizes_in
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
-from fusebackend.sizevars import ceil_div, size_hint
+from fusebackend.sizevars import ceil_div, decline, size_hint
 from fusebackend.scheduler import KernelPlan
 from fusebackend.scheduler.space import X
 
@@ -37,15 +37,15 @@ X_OUTER, Y_INDEX, X_INNER = indexing.var("x_outer"), indexing.var("y_index"), in
 class Tile:
     """Tiling of the flat index: ``outer`` blocks of ``ysize`` (y) by ``inner`` (x) elements."""
 
-    outer: int
-    ysize: int
+    outer: int | sympy.Expr  # over symbolic sizes (issue 15) the outer count and y may be symbolic
+    ysize: int | sympy.Expr  # (y masked: _generate_tiled); never x
     inner: int
     launch: dict[str, int]  # XBLOCK (along x), YBLOCK (along y), num_warps
     load: str  # the buffer whose transposed load asked for the tiles (or whose per-column one)
     columns: bool = False  # column_tile's: rows (y) by the fastest dim (x), for per-column loads
 
     def substitute(self) -> sympy.Expr:
-        outer = X_OUTER * (self.ysize * self.inner) if self.outer > 1 else sympy.Integer(0)
+        outer = X_OUTER * (self.ysize * self.inner) if sizes_in(self.outer) or self.outer > 1 else sympy.Integer(0)
         return outer + Y_INDEX * self.inner + X_INNER
 
 
@@ -62,8 +62,9 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
     flat = _generate_flat(plan, index, pdl, None if tiled else launch)
     if launch is not None and not tiled:
         return flat[0]
-    if sizes_in(plan.space.xnumel):  # tiles over symbolic sizes: not yet (issue 15)
-        return None if tiled else flat[0]
+    if sizes_in(plan.space.xnumel):  # over symbolic sizes: tiles whose x extent is static (issue 15)
+        tile = None if tiled else transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
+        return _generate_tiled(plan, index, tile, pdl) if tile is not None else None if tiled else flat[0]
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
     if tile is None:
         return None if tiled else flat[0]
@@ -148,6 +149,10 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     ``body`` is the flat kernel's, which recorded every load's offset as a function of xindex.
     The output dims are the first stored buffer's, in memory order; the load chosen is the
     largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
+
+    Over symbolic sizes (issue 15), decided at the sizes being compiled; the tile keeps the
+    dims' own sizes, where x's are static: y's may be symbolic (``_generate_tiled`` masks its
+    rows, in blocks chosen at the hint), and so may the count of outer blocks.
     """
     out = _output_dims(plan)
     if out is None:
@@ -158,15 +163,24 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
                if X in off.free_symbols and _step(off, 1) not in (0, 1)]
     if not strided:
         return None
-    load, offset = max(strided, key=lambda bo: bo[0].numel * bo[0].dtype.itemsize)
+    load, offset = max(strided, key=lambda bo: size_hint(bo[0].numel) * bo[0].dtype.itemsize)
     for j in range(len(dims) - 2, -1, -1):
         inner = math.prod(dims[j + 1:])
         if _step(offset, inner) != 1:
             continue
-        launch = runtime.tile_config(dims[j], inner)
-        if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or dims[j] % launch["YBLOCK"] or inner % launch["XBLOCK"]:
-            return None  # too thin a tile to coalesce either side, or blocks that need masks
-        return Tile(buf.numel // (dims[j] * inner), dims[j], inner, launch, load.name)
+        if not sizes_in(buf.numel):
+            launch = runtime.tile_config(dims[j], inner)
+            if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or dims[j] % launch["YBLOCK"] or inner % launch["XBLOCK"]:
+                return None  # too thin a tile to coalesce either side, or blocks that need masks
+            return Tile(size_hint(buf.numel) // (dims[j] * inner), dims[j], inner, launch, load.name)
+        own = _own_dims(buf)
+        ysize, own_inner = own[j], math.prod(own[j + 1:])
+        launch = runtime.tile_config(_masked_block(dims[j]) if sizes_in(ysize) else dims[j],
+                                     _masked_block(inner) if sizes_in(own_inner) else inner)
+        if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or (not sizes_in(ysize) and dims[j] % launch["YBLOCK"]) or (
+                not sizes_in(own_inner) and inner % launch["XBLOCK"]):
+            return None
+        return Tile(sympy.sympify(buf.numel) / (ysize * own_inner), ysize, own_inner, launch, load.name)
     return None
 
 
@@ -209,35 +223,65 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     window = max((len(offs) for offs in offsets.values()), default=0)
     if not per_column or (len(per_column) < 2 and window < runtime.WINDOW_TILES):
         return None
-    if window < runtime.WINDOW_TILES and buf.numel < runtime.SMALL_POINTWISE and not use_interpreter():
+    numel = size_hint(buf.numel)
+    if window < runtime.WINDOW_TILES and numel < runtime.SMALL_POINTWISE and not use_interpreter():
         return None  # a small kernel's one wave: flat blocks of 512 finish sooner (pointwise_config)
-    launch = runtime.column_tile_config(buf.numel // inner, inner, window)
+    launch = runtime.column_tile_config(numel // inner, inner, window)
     if launch is None:
         return None
-    return Tile(1, buf.numel // inner, inner, launch, per_column[0], columns=True)
+    if not sizes_in(buf.numel):
+        return Tile(1, numel // inner, inner, launch, per_column[0], columns=True)
+    # over symbolic sizes: the blocks chosen at the hints, masked where an extent is symbolic
+    fastest = _own_dims(buf)[-1]
+    return Tile(1, sympy.sympify(buf.numel) / fastest, fastest, launch, per_column[0], columns=True)
 
 
 def _output_dims(plan: KernelPlan) -> tuple[ir.Buffer, list[int]] | None:
     """The first stored buffer and its dims of more than one element in memory order (fastest
-    last), where it is dense and has two such dims; else None."""
+    last), where it is dense and has two such dims; else None. Over symbolic sizes, the dims at
+    the sizes being compiled (``size_hint``): what a compile at those sizes would tile, which the
+    compile for every size does not (``generate_pointwise``)."""
     stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
-    if not stored or not indexing.is_dense(stored[0].sizes, stored[0].strides):
+    if not stored:
         return None
     buf = stored[0]
-    dims = [buf.sizes[d] for d in indexing.dense_order(buf.sizes, buf.strides) if buf.sizes[d] > 1]
+    sizes, strides = [size_hint(n) for n in buf.sizes], [size_hint(n) for n in buf.strides]
+    if not indexing.is_dense(sizes, strides):
+        return None
+    dims = [sizes[d] for d in indexing.dense_order(sizes, strides) if sizes[d] > 1]
     return (buf, dims) if len(dims) >= 2 else None
 
 
+def _masked_block(hint: int) -> int:
+    """A tile's block along an extent of a symbolic size: the next power of two of its hint,
+    up to 64 (the extent is masked; ``_generate_tiled``)."""
+    return min(64, 1 << max(hint - 1, 0).bit_length())
+
+
+def _own_dims(buf: ir.Buffer) -> list[int | sympy.Expr]:
+    """``_output_dims``' dims of ``buf`` with their own sizes, symbolic ones included."""
+    sizes, strides = [size_hint(n) for n in buf.sizes], [size_hint(n) for n in buf.strides]
+    return [buf.sizes[d] for d in indexing.dense_order(sizes, strides) if sizes[d] > 1]
+
+
 def _step(offset: sympy.Expr, by: int) -> int:
-    """How far ``offset`` moves from flat position 0 to ``by``."""
-    return int(offset.xreplace({X: sympy.Integer(by)})) - int(offset.xreplace({X: sympy.Integer(0)}))
+    """How far ``offset`` moves from flat position 0 to ``by`` (over symbolic sizes, at the sizes
+    being compiled)."""
+    return size_hint(offset.xreplace({X: sympy.Integer(by)}) - offset.xreplace({X: sympy.Integer(0)}))
 
 
 def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> KernelSource:
+    """The tiled kernel. Its blocks divide both extents (no masks), but for a y extent of a
+    symbolic size (issue 15): y is masked at the stores, and the positions past its end read
+    the last one again (``tl.minimum``), so that every load stays in range unmasked and a
+    per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes the kernel takes y's
+    extent and the symbols its indices use as arguments, and its grid is computed at each call."""
     space = plan.space
     numel = space.xnumel
+    rows, columns = sizes_in(tile.ysize), sizes_in(tile.inner)
     body = KernelBody(plan, space, XDIMS)  # the blocks divide both tiled extents
-    body.ranges = {X_OUTER: max(tile.outer, 1), Y_INDEX: tile.ysize, X_INNER: tile.inner}
+    outer = tile.outer if sizes_in(tile.outer) else max(tile.outer, 1)
+    body.ranges = {X_OUTER: outer, Y_INDEX: tile.ysize, X_INNER: tile.inner}
     body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER})
     body.rank = 2
     body.element_loads = False
@@ -247,31 +291,58 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     stores, outputs, in_place = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
     launch = tile.launch
     name = kernel_name(plan, index)
+    symbols = body.size_params()
+    symbolic = bool(rows or columns or sizes_in(tile.outer) or symbols)
     w = LineWriter()
-    w.lines(HEADER)
     params = list(body.inputs.values()) + list(outputs.values())
-    params += ["xnumel", "XBLOCK: tl.constexpr", "YBLOCK: tl.constexpr"]
+    if symbolic:
+        w.lines(header({"xnumel": numel, "ysize": tile.ysize, "xsize": tile.inner, **{str(s): s for s in symbols}}))
+        params += ["xnumel", "ysize", "xsize", *map(str, symbols), "XBLOCK: tl.constexpr", "YBLOCK: tl.constexpr"]
+    else:
+        w.lines(HEADER)
+        params += ["xnumel", "XBLOCK: tl.constexpr", "YBLOCK: tl.constexpr"]
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
         if tile.columns:
             w.line(f"# tiled: {tile.ysize} rows (y) of {tile.inner} columns (x), so that what is computed from "
-                   f"per-column loads ({tile.load}...) is computed once per column of a block; no masks")
+                   f"per-column loads ({tile.load}...) is computed once per column of a block; "
+                   + ("masked at the stores" if rows or columns else "no masks"))
         else:
             w.line(f"# tiled: {tile.ysize} (y) by {tile.inner} (x) elements per {tile.outer} outer block(s), so "
-                   f"that {tile.load} is read along y and the outputs written along x; blocks tile exactly: no masks")
+                   f"that {tile.load} is read along y and the outputs written along x; "
+                   + ("masked at the stores" if rows or columns else "blocks tile exactly: no masks"))
         if pdl:
             w.line(GRID_WAIT)
         pid = "tl.program_id(0).to(tl.int64)" if body.uses_int64(numel) else "tl.program_id(0)"
         w.line(f"pid = {pid}")
-        w.line(f"x_tiles = {tile.inner} // XBLOCK")
-        w.line(f"y_tiles = {tile.ysize} // YBLOCK")
-        w.line("x_inner = (pid % x_tiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
-        w.line("y_index = ((pid // x_tiles) % y_tiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]")
+        w.line("x_tiles = (xsize + XBLOCK - 1) // XBLOCK" if columns else f"x_tiles = {tile.inner} // XBLOCK")
+        w.line("y_tiles = (ysize + YBLOCK - 1) // YBLOCK" if rows else
+               f"y_tiles = {'ysize' if symbolic else tile.ysize} // YBLOCK")
+        _tile_axis(w, "x_inner", "(pid % x_tiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]", "xcmask", "xsize", columns)
+        _tile_axis(w, "y_index", "((pid // x_tiles) % y_tiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]", "ymask", "ysize",
+                   rows)
         w.line("x_outer = pid // (x_tiles * y_tiles)")
         w.lines(body.lines)
+        mask = " & ".join(m for m, on in (("ymask", rows), ("xcmask", columns)) if on)
         for ptr, offset, value in stores:
-            w.line(f"tl.store({ptr} + ({offset}), {value})")
+            w.line(f"tl.store({ptr} + ({offset}), {value}" + (f", {mask})" if mask else ")"))
+    if symbolic:
+        grid = outer * ceil_div(tile.inner, launch["XBLOCK"]) * ceil_div(tile.ysize, launch["YBLOCK"])
+        return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel, tile.ysize, tile.inner, *symbols),
+                            grid, launch, plan, body.asserts, in_place=in_place)
     grid = numel // (launch["XBLOCK"] * launch["YBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
                         body.asserts, in_place=in_place)
+
+
+def _tile_axis(w: LineWriter, index: str, start: str, mask: str, size: str, masked: bool) -> None:
+    """A tile's index along one axis: ``start``, the block's positions; along an extent of
+    symbolic ``size`` (``masked``), past its end the last position again, and ``mask`` for the
+    stores."""
+    if not masked:
+        w.line(f"{index} = {start}")
+        return
+    w.line(f"{index}_raw = {start}")
+    w.line(f"{mask} = {index}_raw < {size}")
+    w.line(f"{index} = tl.minimum({index}_raw, {size} - 1)  # past the end: the last position again, not stored")

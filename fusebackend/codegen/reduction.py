@@ -20,6 +20,7 @@ extent (rows of 8192 in blocks of 8192, say).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -90,7 +91,28 @@ def _depths(plan: KernelPlan) -> dict[str, int]:
 def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
                        launch: dict[str, int] | None = None) -> KernelSource:
     """The kernel, with ``launch`` (blocks and warps: an autotuning candidate) or the heuristic's
-    (``runtime.reduction_config``)."""
+    (``runtime.reduction_config``).
+
+    Rows of a symbolic length (issue 15) take two size classes, chosen at each call: where the
+    heuristic makes the row persistent at the compile's sizes (``size_hint``), the looped kernel
+    carries a persistent one for rows of up to its RBLOCK (``KernelSource.short_rows``: both in
+    one module, the same arguments, launch and grid), which the wrapper launches where the
+    call's rows fit; longer rows take the loop, in blocks of the same RBLOCK.
+    """
+    looped = _generate_reduction(plan, index, pdl, launch, None)
+    rnumel = plan.space.rnumel
+    if launch is not None or not sizes_in(rnumel) or looped.launch["RBLOCK"] < size_hint(rnumel):
+        return looped
+    short = _generate_reduction(plan, index, pdl, looped.launch, True, suffix="_persistent")
+    assert (short.args, short.sizes, short.grid) == (looped.args, looped.sizes, looped.grid)
+    function = short.source[short.source.index("@triton.jit"):]
+    return dataclasses.replace(looped, source=f"{looped.source}\n\n{function}", short_rows=short.launch["RBLOCK"])
+
+
+def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None,
+                        persistent: bool | None, suffix: str = "") -> KernelSource:
+    """``generate_reduction``'s kernel; ``persistent`` True: one block per row (at most RBLOCK
+    long, masked), whatever the row's length; None: where the row is known to fit the block."""
     space = plan.space
     anchor = space.anchor
     assert anchor is not None
@@ -107,7 +129,8 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     max_depth = max(depth[r.name] for r in reductions)
     passes = max_depth + (1 if late else 0)  # reads of each row by a looped kernel
     launch = launch or runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes)
-    persistent = not sizes_in(rnumel) and launch["RBLOCK"] >= rnumel  # a symbolic row: looped, any length
+    if persistent is None:  # a symbolic row: looped, any length (and a persistent kernel beside it)
+        persistent = not sizes_in(rnumel) and launch["RBLOCK"] >= rnumel
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
                       if n % block == 0)
     lay = Layout(column=not row_contiguous)
@@ -198,7 +221,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
         if node.name in stored and is_row_value(node, space) and not isinstance(node, ir.Reduction):
             store(node, body.value(node.body, space.mapping[node.name]), ROW)
 
-    name = kernel_name(plan, index)
+    name = kernel_name(plan, index) + suffix
     int64 = body.uses_int64(xnumel * max(rnumel, 1))
     symbols = body.size_params()
     w = LineWriter()

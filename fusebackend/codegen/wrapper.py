@@ -268,4 +268,12 @@ def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scat
         w.line(f"{kernel.name}(stream, {', '.join(kernel.args)}, {sizes})  # grid ({kernel.grid},), {options}")
     else:  # over symbolic sizes: the grid of this call, first
         grid = indexing.pexpr(kernel.grid)
-        w.line(f"{kernel.name}(stream, {grid}, {', '.join(kernel.args)}, {sizes})  # {options}")
+        call = f"(stream, {grid}, {', '.join(kernel.args)}, {sizes})"
+        if kernel.short_rows is None:
+            w.line(f"{kernel.name}{call}  # {options}")
+            return
+        rnumel = indexing.pexpr(sympy.sympify(kernel.sizes[1]))
+        w.line(f"if {rnumel} <= {kernel.short_rows}:  # rows that fit one block: each in one program")
+        w.line(f"    {kernel.name}_persistent{call}  # {options}")
+        w.line("else:  # longer rows: looped over each row")
+        w.line(f"    {kernel.name}{call}")

@@ -89,10 +89,10 @@ def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType
     return module
 
 
-_kernels: dict[str, Any] = {}  # source_hash of a kernel's source less its name -> its @triton.jit function
+_kernels: dict[tuple[str, str], Any] = {}  # (source_hash of a kernel's source less its name, suffix) -> function
 
 
-def load_kernel(name: str, source: str) -> Any:
+def load_kernel(name: str, source: str, suffix: str = "") -> Any:
     """The ``@triton.jit`` function ``name`` of ``source``, or the one already loaded from the same
     source under another name.
 
@@ -100,13 +100,14 @@ def load_kernel(name: str, source: str) -> Any:
     buffers they compute (``# buf50 ...``), so the same fused block of each layer of a model
     (twelve in BERT-base) is the same source but for its name and its comments; one function
     then serves them all, and Triton compiles each specialization of it once. The dumps keep
-    each kernel's own source, and profilers show the first one's name.
+    each kernel's own source, and profilers show the first one's name. ``suffix``: the function
+    ``name + suffix`` of the same module instead (a reduction's persistent kernel for short rows).
     """
     body = [line for line in source.replace(name, "kernel").splitlines() if not line.lstrip().startswith("#")]
-    same = source_hash("\n".join(body))
+    same = (source_hash("\n".join(body)), suffix)
     kernel = _kernels.get(same)
     if kernel is None:
-        kernel = _kernels[same] = getattr(load_module(source, name), name)
+        kernel = _kernels[same] = getattr(load_module(source, name), name + suffix)
     return kernel
 
 

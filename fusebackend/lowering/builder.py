@@ -163,8 +163,14 @@ class IRBuilder:
 
     def _split_count(self, xnumel: int, rnumel: int, column: bool) -> int:
         """``split_count``; no split over symbolic sizes (issue 15: a chunk's length would be
-        symbolic)."""
-        return 1 if sizevars.symbolic((xnumel, rnumel)) else split_count(xnumel, rnumel, column)
+        symbolic), and a note where the sizes being compiled would split (``sizevars.decline``)."""
+        if not sizevars.symbolic((xnumel, rnumel)):
+            return split_count(xnumel, rnumel, column)
+        hints = sizevars.size_hint(xnumel), sizevars.size_hint(rnumel)
+        if split_count(*hints, column) > 1:
+            sizevars.decline(f"a split {'column' if column else 'row'} reduction ({hints[0]} outputs of {hints[1]} "
+                             "elements each)")
+        return 1
 
     def _reduction_parts(
         self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],

@@ -93,7 +93,10 @@ def _trunc(x: Expr) -> Expr:
     return op("where", op("lt", x, Constant(0.0, x.dtype), dtype=torch.bool), op("ceil", x), op("floor", x))
 
 
-@register_elementwise(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+# true_divide is div without a rounding mode; it reaches the graphs where Dynamo turns arithmetic on
+# a float it did not specialize into tensor ops (``dynamic=True``: a module's float attributes)
+@register_elementwise(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode,
+                      aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(ctx: LoweringContext, self: Any, other: Any, rounding_mode: str | None = None) -> Expr:
     a, b = _operands(ctx, self, other)
     if rounding_mode is None:

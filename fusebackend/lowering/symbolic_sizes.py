@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, sizevars
 from fusebackend.lowering import layouts
-from fusebackend.lowering.registry import POINTWISE, SYMBOLIC, Unsupported, bind_arguments, is_view_op
+from fusebackend.lowering.registry import COMPOSITE, POINTWISE, SYMBOLIC, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.values import TensorArg, beyond_kernels
 
 aten = torch.ops.aten
@@ -56,6 +56,9 @@ class SymbolicSizes:
         if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out_meta)):
             return out_meta  # a size (sym_size) at its hint: what reads it as a value declines above
         reason = beyond_kernels(args, kwargs, out_meta) or ("" if target in SYMBOLIC else "no symbolic lowering")
+        if reason == "no symbolic lowering" and (target in POINTWISE or target in COMPOSITE) and _lowered_at_hints(
+                target, args, kwargs):
+            sizevars.decline(f"a lowering of {target} into kernels")  # an ATen call over symbolic sizes
         if not reason:
             mark = len(self.nodes)
             try:
@@ -199,3 +202,18 @@ def reshaped_strides(sizes: Sequence[Any], strides: Sequence[Any], new_sizes: Se
         if out[k] is None:
             out[k] = out[k + 1] * new_sizes[k + 1] if k + 1 < len(new_sizes) else 1
     return out
+
+
+def _lowered_at_hints(target: Any, args: Any, kwargs: Any) -> bool:
+    """Whether a compile at the hints would lower ``target`` into kernels rather than call ATen:
+    a convolution only where it is depthwise or a 1x1 product over 1x1 positions
+    (``convolutions.convolution``; cuDNN's otherwise, as over symbolic sizes); any other op with a
+    lowering, yes."""
+    if target is not torch.ops.aten.convolution.default:
+        return True
+    bound = bind_arguments(target, args, kwargs)
+    x, weight = bound["input"], bound["weight"]
+    if not isinstance(x, TensorArg) or not isinstance(weight, TensorArg):
+        return False
+    ones = all(sizevars.size_hint(n) == 1 for n in (*x.sizes[2:], *weight.sizes[2:]))
+    return bound["groups"] > 1 or (bound["groups"] == 1 and ones)
