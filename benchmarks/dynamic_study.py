@@ -8,7 +8,14 @@ Variants, each in a process of its own with empty cache folders (so every compil
 - ``fuse-symbolic``: ``dynamic=True`` with ``FUSE_SYMBOLIC=1``: one compile serves every length
   (``metrics.not_symbolic`` says where one could not be made);
 - ``fuse-per-shape``: ``dynamic=True`` without it: Dynamo's symbolic graph, compiled per length;
-- ``inductor-static`` and ``inductor-dynamic``: the same for Inductor.
+- ``fuse-auto``: Dynamo's default (``dynamic=None``) with ``FUSE_SYMBOLIC=1``: the first length
+  compiled for its sizes, the second for every length (Dynamo makes a size symbolic once it has
+  seen a second value of it), which serves the rest;
+- ``inductor-static``, ``inductor-dynamic`` and ``inductor-auto``: the same for Inductor;
+- ``-floats`` after a ``dynamic=True`` variant (``--interleave`` only): Dynamo traced with
+  ``specialize_float``, so that it keeps a module's float attributes (GPT-2's layer norms' eps,
+  its dropouts' p) as constants. Under ``dynamic=True`` it passes them as inputs and guards on
+  each through a tensor (torch 2.11), a cost of Dynamo's that any backend pays on every call.
 
 For each length: the first call's seconds (compiling included), the output's distance from
 eager's, the GPU kernels of one step, and, in rounds over the lengths after every length has
@@ -38,6 +45,13 @@ import tempfile
 from typing import Any
 
 VARIANTS = ("fuse-static", "fuse-symbolic", "fuse-per-shape", "inductor-static", "inductor-dynamic")
+SYMBOLIC = ("fuse-symbolic", "fuse-auto", "fuse-symbolic-floats")  # the variants fuse compiles once for every size
+
+
+def _dynamic(variant: str) -> bool | None:
+    """``torch.compile``'s ``dynamic`` for ``variant``: False for ``-static``, None (Dynamo's
+    default: a size is made symbolic once a second value of it is seen) for ``-auto``, else True."""
+    return False if variant.endswith("static") else None if variant.endswith("auto") else True
 
 
 def _one(variant: str, model_name: str, size: str, lengths: list[int], batch: int, rounds: int) -> dict[str, Any]:
@@ -61,9 +75,9 @@ def _one(variant: str, model_name: str, size: str, lengths: list[int], batch: in
     built = ZOO[model_name].build(size, device, dtype)
     model = built.model.eval()
     backend = fusebackend.fuse if variant.startswith("fuse") else "inductor"
-    compiled = torch.compile(model, backend=backend, dynamic=not variant.endswith("static"))
+    compiled = torch.compile(model, backend=backend, dynamic=_dynamic(variant))
     rows = []
-    with fusebackend.config.patch(symbolic=variant == "fuse-symbolic"), torch.no_grad():
+    with fusebackend.config.patch(symbolic="on" if variant in SYMBOLIC else "off"), torch.no_grad():
         steps = {}
         for seq in lengths:
             inputs = narrow(built, batch=batch, seq=seq).inputs
@@ -135,9 +149,10 @@ def _interleaved(variants: list[str], model_name: str, size: str, lengths: list[
                 backend: Any = lambda gm, example_inputs: fusebackend.fuse(gm, example_inputs)  # noqa: E731
             else:
                 backend = "inductor"
-            compiled = torch.compile(model, backend=backend, dynamic=not variant.endswith("static"))
+            compiled = torch.compile(model, backend=backend, dynamic=_dynamic(variant))
             before = fusebackend.metrics.graphs_compiled
-            with fusebackend.config.patch(symbolic=variant == "fuse-symbolic"):
+            floats = torch._dynamo.config.patch(specialize_float=variant.endswith("-floats"))
+            with fusebackend.config.patch(symbolic="on" if variant in SYMBOLIC else "off"), floats:
                 errors[variant] = max(output_error(compiled(**inputs[seq]), expected[seq]) for seq in lengths)
             compiles[variant] = fusebackend.metrics.graphs_compiled - before
             steps[variant] = {seq: (lambda c=compiled, i=inputs[seq]: c(**i)) for seq in lengths}

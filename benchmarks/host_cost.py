@@ -221,7 +221,7 @@ def measure(name: str, variant: str, train: bool, device: torch.device, dtype: t
     timers = Timers()
     scope = fuse_timers if variant.startswith("fuse") else inductor_timers if variant.startswith("inductor") else None
     with scope(timers) if scope else contextlib.nullcontext(), \
-            fusebackend.config.patch(symbolic=variant == "fuse-symbolic"):
+            fusebackend.config.patch(symbolic="on" if variant == "fuse-symbolic" else "off"):
         step = build_step(name, variant, train, device, dtype, batch, seq)
         start = time.perf_counter()
         step()

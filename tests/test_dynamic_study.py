@@ -1,5 +1,6 @@
-"""``benchmarks.dynamic_study`` on the CPU (the tiny GPT-2, two lengths): each variant runs in a
-process of its own, matches eager, and fuse's compile counts are what the variant names."""
+"""``benchmarks.dynamic_study`` and ``benchmarks.dynamic_zoo`` on the CPU (the tiny GPT-2): each
+variant of the study runs in a process of its own, matches eager, and fuse's compile counts are
+what the variant names; the zoo's model compiles once for its three lengths."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def test_the_interleaved_study_times_every_variant_in_turn_in_one_process() -> N
     assert max(result["errors"].values()) < 1e-5 and result["eager_graphs"] == 0 and not result["not_symbolic"]
     assert result["fuse_compiles"] == {"fuse-static": 1, "fuse-symbolic": 1}
     assert "| fuse-symbolic | 11 |" in dynamic_study.interleaved_table(result)
+
+
+def test_the_dynamic_zoo_compiles_once_for_three_lengths(tmp_path) -> None:
+    import json
+
+    from benchmarks import dynamic_zoo
+
+    dynamic_zoo.main(["--models", "gpt2", "--size", "tiny", "--out", str(tmp_path)])
+    (line,) = (tmp_path / "dynamic_zoo.jsonl").read_text().splitlines()
+    result = json.loads(line)
+    assert result["sizes"] == [16, 13, 8] and max(result["errors"]) < 1e-5
+    assert result["compiles"] == 1 and not result["not_symbolic"] and result["eager_graphs"] == 0
