@@ -5,10 +5,11 @@ Variants, each in a process of its own with empty cache folders (so every compil
 
 - ``fuse-static``: ``torch.compile(model, backend=fuse)`` with every length marked static
   (``dynamic=False``): Dynamo and fuse compile each length apart;
-- ``fuse-symbolic``: ``dynamic=True`` with ``FUSE_SYMBOLIC=1``: one compile serves every length
+- ``fuse-symbolic``: ``dynamic=True`` with ``FUSE_SYMBOLIC=on``: one compile serves every length
   (``metrics.not_symbolic`` says where one could not be made);
-- ``fuse-per-shape``: ``dynamic=True`` without it: Dynamo's symbolic graph, compiled per length;
-- ``fuse-auto``: Dynamo's default (``dynamic=None``) with ``FUSE_SYMBOLIC=1``: the first length
+- ``fuse-per-shape``: ``dynamic=True`` with ``FUSE_SYMBOLIC=off``: Dynamo's symbolic graph,
+  compiled per length;
+- ``fuse-auto``: Dynamo's default (``dynamic=None``) with ``FUSE_SYMBOLIC=on``: the first length
   compiled for its sizes, the second for every length (Dynamo makes a size symbolic once it has
   seen a second value of it), which serves the rest;
 - ``inductor-static``, ``inductor-dynamic`` and ``inductor-auto``: the same for Inductor;
