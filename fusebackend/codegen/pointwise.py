@@ -25,7 +25,7 @@ from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, descri
 from fusebackend.codegen.kernel_header import HEADER, header, sizes_in
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
-from fusebackend.sizevars import ceil_div, decline, size_hint
+from fusebackend.sizevars import ceil_div, size_hint
 from fusebackend.scheduler import KernelPlan
 from fusebackend.scheduler.space import X
 
@@ -37,9 +37,11 @@ X_OUTER, Y_INDEX, X_INNER = indexing.var("x_outer"), indexing.var("y_index"), in
 class Tile:
     """Tiling of the flat index: ``outer`` blocks of ``ysize`` (y) by ``inner`` (x) elements."""
 
-    outer: int | sympy.Expr  # over symbolic sizes (issue 15) the outer count and y may be symbolic
-    ysize: int | sympy.Expr  # (y masked: _generate_tiled); never x
-    inner: int
+    # over symbolic sizes (issue 15) any of the three may be symbolic; y and x are then masked
+    # (``_generate_tiled``)
+    outer: int | sympy.Expr
+    ysize: int | sympy.Expr
+    inner: int | sympy.Expr
     launch: dict[str, int]  # XBLOCK (along x), YBLOCK (along y), num_warps
     load: str  # the buffer whose transposed load asked for the tiles (or whose per-column one)
     columns: bool = False  # column_tile's: rows (y) by the fastest dim (x), for per-column loads
@@ -62,7 +64,7 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
     flat = _generate_flat(plan, index, pdl, None if tiled else launch)
     if launch is not None and not tiled:
         return flat[0]
-    if sizes_in(plan.space.xnumel):  # over symbolic sizes: tiles whose x extent is static (issue 15)
+    if sizes_in(plan.space.xnumel):  # over symbolic sizes (issue 15): no autotuning candidates
         tile = None if tiled else transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
         return _generate_tiled(plan, index, tile, pdl) if tile is not None else None if tiled else flat[0]
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
@@ -151,8 +153,8 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
 
     Over symbolic sizes (issue 15), decided at the sizes being compiled; the tile keeps the
-    dims' own sizes, where x's are static: y's may be symbolic (``_generate_tiled`` masks its
-    rows, in blocks chosen at the hint), and so may the count of outer blocks.
+    dims' own sizes, and along an extent of symbolic size a block of the hint's next power of
+    two up to 64, masked (``_generate_tiled``).
     """
     out = _output_dims(plan)
     if out is None:
@@ -239,8 +241,8 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
 def _output_dims(plan: KernelPlan) -> tuple[ir.Buffer, list[int]] | None:
     """The first stored buffer and its dims of more than one element in memory order (fastest
     last), where it is dense and has two such dims; else None. Over symbolic sizes, the dims at
-    the sizes being compiled (``size_hint``): what a compile at those sizes would tile, which the
-    compile for every size does not (``generate_pointwise``)."""
+    the sizes being compiled (``size_hint``), by which the tiles are chosen (``_own_dims``: the
+    dims' own sizes)."""
     stored = [n.buffer for n in plan.nodes if n.buffer in plan.stored]
     if not stored:
         return None
@@ -271,11 +273,11 @@ def _step(offset: sympy.Expr, by: int) -> int:
 
 
 def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> KernelSource:
-    """The tiled kernel. Its blocks divide both extents (no masks), but for a y extent of a
-    symbolic size (issue 15): y is masked at the stores, and the positions past its end read
-    the last one again (``tl.minimum``), so that every load stays in range unmasked and a
-    per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes the kernel takes y's
-    extent and the symbols its indices use as arguments, and its grid is computed at each call."""
+    """The tiled kernel. Its blocks divide both extents (no masks), but for an extent of a
+    symbolic size (issue 15): it is masked at the stores, and its positions past the end read
+    its last one again (``tl.minimum``), so that every load stays in range unmasked and a
+    per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes the kernel takes both
+    extents and the symbols its indices use as arguments, and its grid is computed at each call."""
     space = plan.space
     numel = space.xnumel
     rows, columns = sizes_in(tile.ysize), sizes_in(tile.inner)
