@@ -70,8 +70,8 @@ class Config:
     # FUSE_SYMBOLIC: how a graph whose sizes Dynamo made symbolic is compiled (issue 15:
     # ``symbolic.py``, ``sizevars.py``). "auto" (the default): once for all of its sizes, where
     # fuse can and where its kernels are those a compile for the first call's sizes would make
-    # (not where that compile would split a reduction or tile a pointwise kernel, which the
-    # compile for every size does not yet); "on" (or 1): once for all sizes wherever fuse can;
+    # (not where that compile would split a reduction, or lower into kernels an op that the
+    # compile for every size leaves to ATen: ``sizevars.decline``); "on" (or 1): once for all sizes wherever fuse can;
     # "off" (or 0): once per shape. Where a graph is compiled per shape, ``metrics.not_symbolic``
     # says why.
     symbolic: str = dataclasses.field(default_factory=lambda: _env_symbolic())

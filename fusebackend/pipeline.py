@@ -159,7 +159,7 @@ def _load(entry: cache.Entry, name: str, artifacts: dump.CompiledArtifacts) -> t
         launcher = runtime.Launcher(kernel, None if per_call else k.grid, k.launch, vars(module), k.name)
         setattr(module, k.name, launcher)
         if k.short_rows is not None:  # its persistent kernel for rows that fit one block, in its module
-            short = getattr(runtime.load_module(k.source, k.name), f"{k.name}_persistent")
+            short = runtime.load_kernel(k.name, k.source, "_persistent")
             setattr(module, f"{k.name}_persistent",
                     runtime.Launcher(short, None, k.launch, vars(module), f"{k.name}_persistent"))
         if k.grid and not per_call:

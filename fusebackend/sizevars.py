@@ -173,7 +173,7 @@ _DECLINED: list[tuple[list[str], bool]] = [([], False)]
 def noting_declines(strict: bool = False) -> Iterator[list[str]]:
     """Within: ``decline`` notes, in the list this yields, each kernel choice that a compile for
     one shape would make at the hints and the compile for every size does not (a split
-    reduction, a transposing tile); ``strict`` (``config.symbolic`` "auto"): the first one raises
+    reduction, an op lowered into kernels at one shape only); ``strict`` (``config.symbolic`` "auto"): the first one raises
     ``NotSymbolic`` instead, and the graph is compiled per shape, without lowering the rest."""
     _DECLINED.append(([], strict))
     try:

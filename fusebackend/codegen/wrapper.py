@@ -272,7 +272,7 @@ def _launch(w: LineWriter, kernel: KernelSource, mutations: dict[str, str], scat
         if kernel.short_rows is None:
             w.line(f"{kernel.name}{call}  # {options}")
             return
-        rnumel = indexing.pexpr(sympy.sympify(kernel.sizes[1]))
+        rnumel = indexing.pexpr(sympy.sympify(kernel.plan.space.rnumel))
         w.line(f"if {rnumel} <= {kernel.short_rows}:  # rows that fit one block: each in one program")
         w.line(f"    {kernel.name}_persistent{call}  # {options}")
         w.line("else:  # longer rows: looped over each row")

@@ -55,10 +55,11 @@ class SymbolicSizes:
             raise sizevars.NotSymbolic(f"{target}: mutates its arguments")
         if not any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(out_meta)):
             return out_meta  # a size (sym_size) at its hint: what reads it as a value declines above
-        reason = beyond_kernels(args, kwargs, out_meta) or ("" if target in SYMBOLIC else "no symbolic lowering")
-        if reason == "no symbolic lowering" and (target in POINTWISE or target in COMPOSITE) and _lowered_at_hints(
-                target, args, kwargs):
+        beyond = beyond_kernels(args, kwargs, out_meta)
+        if not beyond and target not in SYMBOLIC and (target in POINTWISE or target in COMPOSITE) \
+                and _lowered_at_hints(target, args, kwargs):
             sizevars.decline(f"a lowering of {target} into kernels")  # an ATen call over symbolic sizes
+        reason = beyond or ("" if target in SYMBOLIC else "no symbolic lowering")
         if not reason:
             mark = len(self.nodes)
             try:
