@@ -3,6 +3,13 @@
 
     python -m benchmarks.opinfo --out opinfo.json            # every op, ~10 min on 2 cores
     python -m benchmarks.opinfo --ops add,softmax,fft.fft    # some ops
+    python -m benchmarks.opinfo --warm                       # every op, twice: a warm start
+
+``--warm`` runs the sweep in two processes, one after the other, over the same cache folders
+(fuse's, Inductor's with AOTAutograd's entries, Triton's; fresh ones, or under ``--cache-dir``),
+as a user's second process meets them. It reports every op whose second run is worse than its
+first (``warm_regressions``): a graph run eagerly, another status, or a graph compiled again
+where the first run stored it.
 
 It prints one line per op as it goes, then the three figures the README reports (ops that match
 eager, ops that generate kernels, ops whose graph ran eagerly), the ops by category, and for every
@@ -16,6 +23,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import os
 import platform
 import re
 import subprocess
@@ -27,6 +35,7 @@ import torch
 from benchmarks.opinfo_run import (DEFAULT_SAMPLES, DEFAULT_TIME_LIMIT, METADATA_ONLY, OpResult,
                                    float32_ops, op_name, run_ops)
 
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUSES = ("match", "mismatch", "error", "timeout", "skipped")
 KINDS = ("kernels", "aten_only", "eager_graph", "no_graph")
 
@@ -148,6 +157,50 @@ def to_json(results: Sequence[OpResult], args: argparse.Namespace) -> dict[str, 
     }
 
 
+def warm_regressions(first: Sequence[dict[str, Any]], second: Sequence[dict[str, Any]]) -> list[str]:
+    """What the second of two runs over the same cache folders did worse, one line per op: a
+    graph run eagerly where the first ran none, another status than the first's, or a graph
+    compiled again (missing fuse's cache) that the first compiled and stored. Runs given as the
+    ``ops`` of ``to_json``."""
+    before = {r["name"]: r for r in first}
+    lines = []
+    for r in second:
+        old = before.get(r["name"])
+        if old is None:
+            continue
+        why = []
+        if r["eager_graphs"] and not old["eager_graphs"]:
+            why.append(f"{r['eager_graphs']} graph(s) ran eagerly ({(r['warnings'] or [''])[0]})")
+        if r["status"] != old["status"]:
+            why.append(f"{old['status']} cold, {r['status']} warm ({(r['problems'] or [''])[0]})")
+        if r["cache_misses"] and old["cache_misses"] and not old["eager_graphs"]:
+            why.append(f"{r['cache_misses']} graph(s) compiled again, {r['cache_hits']} loaded")
+        if why:
+            lines.append(f"{r['name']}: " + "; ".join(why))
+    return lines
+
+
+def run_warm(argv: Sequence[str], cache_dir: str | None) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The sweep of ``argv`` (this CLI's arguments, without ``--warm``) in two child processes
+    over the same cache folders: the two runs' JSON, and ``warm_regressions`` of the second."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="opinfo-warm-") as scratch:
+        root = cache_dir or os.path.join(scratch, "caches")
+        env = dict(os.environ, FUSE_CACHE_DIR=os.path.join(root, "fuse"),
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"), TRITON_CACHE_DIR=os.path.join(root, "triton"))
+        runs = []
+        for which in ("cold", "warm"):
+            out = os.path.join(scratch, f"{which}.json")
+            done = subprocess.run([sys.executable, "-m", "benchmarks.opinfo", *argv, "--out", out], env=env,
+                                  capture_output=True, text=True, cwd=_REPOSITORY)
+            if done.returncode != 0:
+                raise RuntimeError(f"the {which} run failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+            with open(out) as fh:
+                runs.append(json.load(fh))
+    return runs[0], runs[1], warm_regressions(runs[0]["ops"], runs[1]["ops"])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", default="", help="comma-separated op names (with variant: 'div.trunc_rounding'); default all")
@@ -155,7 +208,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="seconds per op")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default="", help="write the results as JSON to this file")
+    parser.add_argument("--warm", action="store_true",
+                        help="run the sweep twice, in two processes over the same cache folders, and report the ops "
+                             "whose second (warm) run is worse")
+    parser.add_argument("--cache-dir", default=None, help="with --warm: the cache folders under this one (default: fresh)")
     args = parser.parse_args(argv)
+    if args.warm:
+        inner = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--warm"]
+        inner = _without_option(_without_option(inner, "--cache-dir"), "--out")
+        cold, warm, regressions = run_warm(inner, args.cache_dir)
+        hits = sum(r["cache_hits"] for r in warm["ops"])
+        graphs = sum(r["graphs"] for r in warm["ops"])
+        print(f"warm start: {len(warm['ops'])} ops; cold run {cold['figures']['eager_graph']} with a graph run eagerly, "
+              f"warm run {warm['figures']['eager_graph']}; warm graphs loaded from fuse's cache: {hits} of {graphs}")
+        print(f"ops worse warm than cold ({len(regressions)}):")
+        print("\n".join(f"  {line}" for line in regressions) or "  none")
+        if args.out:
+            with open(args.out, "w") as fh:
+                json.dump({"cold": cold, "warm": warm, "regressions": regressions}, fh, indent=1)
+        return
 
     ops = float32_ops(args.device)
     if args.ops:
@@ -176,6 +247,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         with open(args.out, "w") as fh:
             json.dump(to_json(results, args), fh, indent=1)
         print(f"\nwrote {args.out}")
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """``argv`` without ``name VALUE`` or ``name=VALUE``."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
 
 
 if __name__ == "__main__":

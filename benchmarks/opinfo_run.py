@@ -129,6 +129,8 @@ class OpResult:
     graphs: int = 0  # graphs compiled by the backend, summed over samples
     kernels: int = 0
     eager_graphs: int = 0
+    cache_hits: int = 0  # graphs loaded from fuse's on-disk cache (a warm run: opinfo.py --warm)
+    cache_misses: int = 0  # graphs compiled and stored there
     fallbacks: list[str] = dataclasses.field(default_factory=list)  # ATen ops left as calls
     compared: str = "values"  # or why only structure, shapes and dtypes were compared
     problems: list[str] = dataclasses.field(default_factory=list)  # per sample, one line each
@@ -428,6 +430,8 @@ def _run_sample(op: Any, sample: Any, index: int, result: OpResult, warning_line
     result.graphs += m.graphs_compiled
     result.kernels += m.kernels_generated
     result.eager_graphs += m.eager_graphs
+    result.cache_hits += m.cache_hits
+    result.cache_misses += m.cache_misses
     fallbacks.update(m.fallbacks)
     warning_lines.extend(first_line(str(w.message)) for w in caught)
     for reason in torch._dynamo.utils.counters["graph_break"]:

@@ -269,7 +269,7 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | No
     try:
         # upsampling reaches the graphs as ops (decompositions.py); AOTAutograd's result may
         # come from its cache (aot_cache.py)
-        with whole_ops(), aot_cache.enabled(parsed), metrics.timed("aot"):
+        with whole_ops(), _tokens_in_graph(), aot_cache.enabled(parsed), metrics.timed("aot"):
             compiled = _aot_backend(_Captures(parsed, len(example_inputs)))(gm, example_inputs)
     except torch._dynamo.exc.TorchDynamoException:
         raise  # Dynamo's own control flow (restarting an analysis)
@@ -281,6 +281,15 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | No
         return _eager_after_warning(gm, exc)
     # not traced by Dynamo when called from the code it generated (as AOTAutograd's result isn't)
     return torch._dynamo.disable(_DynamoGraphOnFailure(gm, compiled))
+
+
+def _tokens_in_graph() -> Any:
+    """AOTAutograd's effect tokens (which order effectful calls, such as a linalg op's error
+    check) made and consumed inside each graph, as Inductor has them, not passed in and returned.
+    AOTAutograd's cache assumes this: a graph loaded from it is called without the tokens that a
+    graph compiled in the process is called with, so a graph that took them as inputs would
+    fail its first warm call and run eagerly."""
+    return torch._functorch.config.patch(unlift_effect_tokens=True)
 
 
 def _aot_backend(captures: _Captures) -> Callable[..., Any]:

@@ -52,6 +52,9 @@ aten = torch.ops.aten
 # before the ATen call's preparations (its input made channels-last for cuDNN, its bias split off);
 # where it declines, the op is an ATen call.
 OWN_FIRST = (aten.convolution.default,)
+# AOTAutograd's effect tokens made and consumed inside the graph (``unlift_effect_tokens``, which
+# fuse sets as Inductor does: backend.py)
+_TOKEN_OPS = (torch.ops.prims._make_token.default, torch.ops.prims._sink_tokens.default)
 
 
 def _check_matches(result: Any, out_meta: Any) -> None:
@@ -191,7 +194,7 @@ class GraphLowering(SymbolicSizes, IRBuilder):
     def _effectful(self, args: Any, kwargs: Any) -> Any:
         """``with_effects(token, op, *args)``: an op with a side effect (an error check of a
         linalg result) that AOTAutograd orders by a token. It is an ATen call that no node moves
-        across (as a mutation); the token, a placeholder of no value, passes through."""
+        across (as a mutation); the token, made in the graph with no value, passes through."""
         token, op, *rest = args
         out_meta = op(*self._to_meta(rest), **self._to_meta(kwargs))
         before = len(self.nodes)
@@ -244,6 +247,8 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             if any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                 raise Unsupported(f"non-ATen call {target} returns a tensor")
             return result
+        if target in _TOKEN_OPS:
+            return None  # an effect token orders effectful calls; it holds no value (_effectful)
         if self.symbolic:
             return self._symbolic_call(node, target, args, kwargs)
         if target in OWN_FIRST:
