@@ -537,3 +537,45 @@ def test_window_loads_of_a_column_sum_are_hinted_along_the_channels(monkeypatch:
     phase1 = next(src for src in kernels().values() if "split, phase 1" in src)
     (load,) = _loads(phase1)
     assert "tl.max_contiguous(" in load and "[1, 64]), [1, 64]), [1, 1]))" in load, load
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_group_norm_over_channels_last_reads_its_rows_in_memory_order(groups: int) -> None:
+    # A GroupNorm reduces each (sample, group) over channels, height and width. Over channels-last
+    # activations the reduction runs along height, width and channels (builder.memory_order):
+    # with one group each row is one contiguous stretch (rindex + a row's offset), with several
+    # each row is runs of its channels; never a stride of the channel count between positions.
+    x = torch.randn(3, 8, 5, 7).to(memory_format=torch.channels_last)
+    norm = torch.nn.GroupNorm(groups, 8)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+        check(norm, x)
+    reductions = [src for src in kernels().values() if "tl.reduce(" in src or "tl.sum(" in src]
+    assert reductions
+    for src in reductions:
+        for load in _loads(src):
+            if "rindex" not in load:
+                continue
+            if groups == 1:
+                assert "rindex + 280*xindex" in load and "rindex //" not in load and "rindex %" not in load, load
+            else:  # position r of group g: (r // 2) * 8 + 2 * g + r % 2; runs of 2 channels
+                assert "8*(rindex // 2)" in load and "(rindex % 2)" in load, load
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, bf16])
+def test_group_norm_over_channels_last_trains(dtype: torch.dtype) -> None:
+    # forward and backward of a channels-last GroupNorm (the backward's sums over the group and
+    # over the batch and positions take the memory order too), against eager
+    x = torch.randn(2, 6, 4, 9, dtype=dtype).to(memory_format=torch.channels_last).requires_grad_()
+    norm = torch.nn.GroupNorm(3, 6).to(dtype)
+    with torch.no_grad():
+        norm.weight.normal_()
+    grad = torch.randn(2, 6, 4, 9, dtype=dtype)
+    compiled = torch.compile(norm, backend="fuse")
+    got = torch.autograd.grad(compiled(x), (x, norm.weight, norm.bias), grad)
+    want = torch.autograd.grad(norm(x), (x, norm.weight, norm.bias), grad)
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+    assert fusebackend.metrics.eager_graphs == 0

@@ -33,6 +33,20 @@ def _neutral(reduction_type: str, dtype: torch.dtype) -> bool | int | float:
     return -big if reduction_type == "max" else big
 
 
+def memory_order(dims: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> list[int]:
+    """``dims`` ordered as a walk through memory would meet them: larger strides first, the
+    dim of the smallest stride last (dims of one element, which move nothing, first; ties keep
+    their order). A reduction over a channels-last tensor's channels, height and width then runs
+    along height, width and channels, reading each row as one contiguous stretch rather than
+    with a stride of the channel count between neighbouring positions: a one-group GroupNorm
+    over channels-last activations. Where a stride is symbolic, ``dims`` as given."""
+    if sizevars.symbolic(tuple(strides[d] for d in dims)) or sizevars.symbolic(tuple(sizes[d] for d in dims)):
+        return list(dims)
+    moving = [d for d in dims if sizes[d] != 1]
+    ordered = sorted(moving, key=lambda d: -strides[d])  # stable: equal strides keep their order
+    return [d for d in dims if sizes[d] == 1] + ordered
+
+
 def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
 
@@ -142,7 +156,8 @@ class IRBuilder:
         reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
         rows, the reduction is split in two phases (partial results, then their reduction).
         """
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, keepdim, body)
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(
+            src, dims, keepdim, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
         xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
         if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
             if reduction_type in ("max", "min", "argmax", "argmin"):
@@ -174,11 +189,19 @@ class IRBuilder:
 
     def _reduction_parts(
         self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
+        in_memory_order: bool = True,
     ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[sympy.Expr, ...], ir.Expr, bool]:
         """(src sizes, output sizes, reduced sizes, src index in i/r variables, the body's value,
-        whether it is a column reduction) of a reduction of ``src`` over ``dims``."""
+        whether it is a column reduction) of a reduction of ``src`` over ``dims``.
+
+        With ``in_memory_order`` (a reduction whose result does not depend on the order it
+        visits its elements: not argmax and argmin, which return a position), the reduced dims
+        run in ``src``'s memory order (``memory_order``), so that consecutive positions of a row
+        are neighbours in memory wherever the reduced dims are dense together."""
         sizes = tuple(src.sizes)
         dims = sorted({d % len(sizes) for d in dims}) if sizes else []
+        if in_memory_order:
+            dims = memory_order(dims, src.view.sizes, src.view.strides)
         kept = [d for d in range(len(sizes)) if d not in dims]
         out_sizes = tuple(1 if d in dims else sizes[d] for d in range(len(sizes))) if keepdim else tuple(sizes[d] for d in kept)
         rranges = tuple(sizes[d] for d in dims)
@@ -201,7 +224,8 @@ class IRBuilder:
         split index is the partials' first dim (a column reduction) rather than their last).
         None where ``reduce`` would not split. For reductions whose phase 2 is not the same
         reduction of the partials (the variance's, which combines sums and m2s)."""
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(src, dims, False, body)
+        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(
+            src, dims, False, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
         rnumel = math.prod(rranges)
         nsplit = self._split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
         if nsplit <= 1 or rnumel % nsplit:
