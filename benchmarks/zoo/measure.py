@@ -15,6 +15,9 @@ The runner (``run.py``) calls these on a step that has already run once (compile
   inputs, the previous step's gradients and what the runner holds (eager's reference outputs).
   The peak is the number reported; the peak less the base is what the step itself added on top.
   None on a CPU.
+- ``profile_step(step, device)``: each device kernel of one step by name, its launches and
+  time (``torch.profiler``), copies and fills left out as below; the kernel audit's input
+  (``audit.py``).
 - ``kernel_launches(step, device)``: GPU kernels launched by one step, counted with
   ``torch.profiler`` (``ProfilerActivity.CUDA``): the device events of the step, less the copies
   and fills (activity ``gpu_memcpy`` and ``gpu_memset`` where the profiler's events say their
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from collections import defaultdict
 from typing import Any, Callable
 
 import torch
@@ -84,14 +88,32 @@ def peak_memory(step: Callable[[], Any], device: torch.device) -> PeakMemory | N
     return PeakMemory(peak / _MIB, base / _MIB)
 
 
-def _is_copy_or_fill(event: Any) -> bool:
-    # activity_type is on the profiler's events from torch 2.13; the names hold in every version
-    activity = getattr(event, "activity_type", None)
-    return activity in ("gpu_memcpy", "gpu_memset") or event.name.startswith(("Memcpy", "Memset"))
+# kernels a compiler generated: fuse's (``fused_...``) and Inductor's (``triton_...``)
+_GENERATED = ("fused_", "triton_")
 
 
-def kernel_launches(step: Callable[[], Any], device: torch.device) -> int | None:
-    """GPU kernels one step launches, copies and fills left out (see the module docstring)."""
+@dataclasses.dataclass
+class StepProfile:
+    """One step's device kernels by name: (launches, microseconds)."""
+
+    kernels: dict[str, tuple[int, float]]
+
+    @property
+    def total_us(self) -> float:
+        return sum(us for _, us in self.kernels.values())
+
+    def generated_us(self) -> float:
+        """Time in kernels a compiler generated (fuse's or Inductor's Triton kernels)."""
+        return sum(us for name, (_, us) in self.kernels.items() if name.startswith(_GENERATED))
+
+    @property
+    def launches(self) -> int:
+        return sum(n for n, _ in self.kernels.values())
+
+
+def profile_step(step: Callable[[], Any], device: torch.device) -> StepProfile | None:
+    """Device kernels of one step by name, copies and fills left out; None on a CPU or where
+    the profiler saw no device activity."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -101,7 +123,29 @@ def kernel_launches(step: Callable[[], Any], device: torch.device) -> int | None
         out = step()
         torch.cuda.synchronize(device)
     del out
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    if not events:
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    seen = False
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        seen = True
+        if _is_copy_or_fill(event):
+            continue
+        entry = totals[event.name]
+        entry[0] += 1
+        entry[1] += getattr(event, "device_time_total", None) or event.cuda_time_total
+    if not seen:
         return None
-    return sum(1 for e in events if not _is_copy_or_fill(e))
+    return StepProfile({name: (int(n), us) for name, (n, us) in totals.items()})
+
+
+def _is_copy_or_fill(event: Any) -> bool:
+    # activity_type is on the profiler's events from torch 2.13; the names hold in every version
+    activity = getattr(event, "activity_type", None)
+    return activity in ("gpu_memcpy", "gpu_memset") or event.name.startswith(("Memcpy", "Memset"))
+
+
+def kernel_launches(step: Callable[[], Any], device: torch.device) -> int | None:
+    """GPU kernels one step launches, copies and fills left out (see the module docstring)."""
+    profile = profile_step(step, device)
+    return None if profile is None else profile.launches

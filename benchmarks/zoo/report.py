@@ -328,6 +328,53 @@ def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
     return out
 
 
+def audit_lines(rows: Sequence["ZooRow"]) -> list[str]:
+    """The kernel audit (``audit.py``), one line per row where it was measured: fuse's generated
+    kernels' time against their floors and the library's time, beside Inductor's, and each
+    kernel under half its floor that takes 2% of the step or more."""
+    out = []
+    for r in rows:
+        f, i = r.fuse, r.inductor
+        if f is None or f.generated_us is None:
+            continue
+        text = f"{r.model} ({r.mode}): fuse's kernels {f.generated_us / 1e3:.2f} ms"
+        if f.floor_us:
+            text += f" (their floor {f.floor_us / 1e3:.2f} ms, {f.floor_us / f.generated_us:.0%} of it)"
+        text += f", library {f.library_us / 1e3:.2f} ms"
+        if i is not None and i.generated_us is not None:
+            text += f"; Inductor's kernels {i.generated_us / 1e3:.2f} ms, library {i.library_us / 1e3:.2f} ms"
+        if f.slow_kernels:
+            text += "; under half their floor: " + ", ".join(
+                f"{k['name']} {k['us']:.0f} us ({k['of_floor']:.0%} of floor, {k['share']:.0%} of the step"
+                + (f", {k['kernels']} kernels" if k["kernels"] > 1 else "") + ")" for k in f.slow_kernels)
+        out.append(text)
+    return out
+
+
+def loss_causes(row: "ZooRow") -> str | None:
+    """Where fuse's step loses to Inductor's, by cause: the GPU (generated kernels, library
+    kernels), the host (a step longer than its GPU time), memory (a higher peak), graphs run
+    eagerly. None where fuse is not slower or the figures are missing."""
+    f, i = row.fuse, row.inductor
+    if (f is None or i is None or f.median_ms is None or i.median_ms is None or f.median_ms <= i.median_ms
+            or f.status != "ok" or i.status != "ok"):
+        return None
+    parts = [f"{f.median_ms - i.median_ms:+.2f} ms a step"]
+    if f.generated_us is not None and i.generated_us is not None:
+        parts.append(f"GPU kernels: generated {(f.generated_us - i.generated_us) / 1e3:+.2f} ms, "
+                     f"library {(f.library_us - i.library_us) / 1e3:+.2f} ms")
+    if f.gpu_ms is not None and f.host_ms is not None and i.gpu_ms is not None and i.host_ms is not None:
+        fuse_host = max(f.host_ms - f.gpu_ms, 0.0)
+        inductor_host = max(i.host_ms - i.gpu_ms, 0.0)
+        if fuse_host > 0 or inductor_host > 0:
+            parts.append(f"host beyond the GPU: fuse {fuse_host:.2f} ms, Inductor {inductor_host:.2f} ms")
+    if f.peak_mib is not None and i.peak_mib is not None:
+        parts.append(f"peak {f.peak_mib - i.peak_mib:+.0f} MiB")
+    if f.eager_graphs:
+        parts.append(f"{f.eager_graphs} graph(s) run eagerly")
+    return f"{row.model} ({row.mode}): " + "; ".join(parts)
+
+
 def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     modes = ", ".join(env.get("modes") or sorted({r.mode for r in rows}))
     lines = [f"# Zoo: {modes}, {env['size']} size, {env['dtype']}", ""]
@@ -358,6 +405,16 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
                   "compile of its graphs (Dynamo's timers); backend (a training step under Inductor): AOTAutograd "
                   "and the forward's compile; other: the rest of the first call (the model's Python, the ATen "
                   "calls, the run).", ""] + [f"- {t}" for t in stages]
+    audits = audit_lines(rows)
+    if audits:
+        lines += ["", "## Kernels against their floor", "",
+                  "Device time of one profiled step in kernels a compiler generated (fuse's, Inductor's) and in "
+                  "library kernels (cuBLAS, cuDNN, ATen); a kernel's floor: its bytes read and written over the "
+                  f"copy bandwidth measured in the run ({env.get('copy_gbps', '?')} GB/s). Listed: fuse's kernels "
+                  "under half their floor's speed that take 2% of the step or more.", ""] + [f"- {t}" for t in audits]
+    causes = [c for c in (loss_causes(r) for r in rows) if c]
+    if causes:
+        lines += ["", "## Where fuse loses to Inductor, by cause", ""] + [f"- {c}" for c in causes]
     notes = messages(rows)
     notes += [f"{r.model} ({r.mode}) {r.status}: {r.message}" for r in rows if r.status != "ok" and r.message]
     if notes:

@@ -53,9 +53,9 @@ import fusebackend
 from fusebackend.kernels import autotune
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
-from benchmarks.zoo import chart, report
+from benchmarks.zoo import audit, chart, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
-from benchmarks.zoo.measure import host_time, kernel_launches, peak_memory
+from benchmarks.zoo.measure import host_time, peak_memory, profile_step
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
 from benchmarks.zoo.spec import Built, Size, narrow
 
@@ -100,6 +100,13 @@ class VariantStats:
     peak_mib: float | None = None  # the most device memory allocated during one step; None on a CPU
     base_mib: float | None = None  # device memory allocated when that step began
     launches: int | None = None  # GPU kernels one step launches, copies and fills left out; None on a CPU
+    # the kernel audit (audit.py), from one profiled step on a GPU: device microseconds in kernels
+    # a compiler generated and in the rest (cuBLAS, cuDNN, ATen); fuse: its generated kernels'
+    # floors summed, and the kernels under half their floor that take 2% of the step or more
+    generated_us: float | None = None
+    library_us: float | None = None
+    floor_us: float | None = None
+    slow_kernels: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     eager_graphs: int | None = None  # fuse: graphs that ran eagerly after a failure
     graphs: int | None = None  # fuse: graphs compiled
     kernels: int | None = None  # fuse: generated kernels
@@ -157,6 +164,7 @@ class RunOptions:
     timed: bool = True  # False (--no-timing): check only, report no times
     batch: int | None = None  # --batch: the first rows of each input (spec.narrow)
     seq: int | None = None  # --seq: the first positions of each token input
+    bandwidth: float | None = None  # a device copy's bytes per second, for the kernel audit (GPU only)
 
 
 def compile_stages(stages: dict[str, float], first_call_s: float | None) -> dict[str, float]:
@@ -306,9 +314,11 @@ def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options
             stats.slow_launches = dict(fusebackend.metrics.slow_launches)
 
 
-def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions) -> None:
-    """Peak memory and launches of one step, each variant alone on the GPU; for fuse, the ATen
-    results its wrapper copied into the layout it declared in that step (``metrics.layout_copies``)."""
+def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions,
+               floors: dict[str, audit.KernelFloor] | None = None) -> None:
+    """Peak memory, launches and the kernel audit of one step, each variant alone on the GPU;
+    for fuse, the ATen results its wrapper copied into the layout it declared in that step
+    (``metrics.layout_copies``). ``floors``: fuse's kernels' (``audit.kernel_floors``)."""
     if stats.status == "error":
         return
     try:
@@ -318,7 +328,15 @@ def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions
             stats.layout_copies = fusebackend.metrics.layout_copies
         if memory is not None:
             stats.peak_mib, stats.base_mib = memory.peak_mib, memory.base_mib
-        stats.launches = kernel_launches(step, options.device)
+        profile = profile_step(step, options.device)
+        if profile is not None:
+            stats.launches = profile.launches
+            stats.generated_us = round(profile.generated_us(), 1)
+            stats.library_us = round(profile.total_us - profile.generated_us(), 1)
+            if floors and options.bandwidth:
+                rows = audit.audit(profile, floors, options.bandwidth)
+                stats.floor_us = round(sum(r.floor_us for r in rows), 1)
+                stats.slow_kernels = [dataclasses.asdict(r) for r in audit.flagged(rows)]
     except Exception as exc:
         _failed(stats, exc)
 
@@ -344,6 +362,7 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
     start = time.perf_counter()
     built = None
     timed: list[tuple[VariantStats, Callable[[], Any]]] = []
+    floors: dict[str, dict[str, audit.KernelFloor]] = {}  # fuse variant -> its kernels' floors
     try:
         _reset()
         built = narrow(entry.build(options.size, options.device, options.dtype), options.batch, options.seq)
@@ -360,18 +379,21 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
         for variant in options.variants:
             if variant != "eager":
                 stats, step = _run_variant(variant, built, make_step, expected, options, train)
+                if backend_of(variant) == "fuse":
+                    floors[variant] = audit.kernel_floors((k, src) for a in fusebackend.history()
+                                                          for k, src in a.kernels.items())
                 row.variants.append(stats)
                 if step is not None:
                     timed.append((stats, step))
         if options.timed:
             _time_in_rounds(timed, options, train)
         for stats, step in timed:
-            _resources(stats, step, options)
+            _resources(stats, step, options, floors.get(stats.variant))
     except Exception as exc:
         row.status, row.message = "ERROR", short_error(exc)
         log(traceback.format_exc(limit=-3))
     finally:
-        del built, timed
+        del built, timed, floors
         _reset()
         _free(options.device)
     row.seconds = time.perf_counter() - start
@@ -535,6 +557,10 @@ def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: st
         print("\n" + text)
     for line in report.mode_lines(rows):
         print(line)
+    audits = report.audit_lines(rows) + [c for c in map(report.loss_causes, rows) if c]
+    if audits:
+        print("\nkernels against their floor, and where fuse loses to Inductor:")
+        print("\n".join(audits))
     try:
         path = chart.render(rows, env, os.path.join(folder, name + ".png"))
     except ImportError as exc:
@@ -560,10 +586,14 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     mode = mode_from(args)
     items = select(args.models, mode)
     options = options_from(args)
+    if options.device.type == "cuda":
+        options = dataclasses.replace(options, bandwidth=audit.copy_bandwidth(options.device))
     modes = [m for m in report.MODES if any(item_mode == m for _, item_mode in items)]
     name = report.stem(options.size, modes or [mode])
     out = args.out or os.environ.get("OUT") or "bench_out"
     env = report.environment(options, modes)
+    if options.bandwidth:
+        env["copy_gbps"] = round(options.bandwidth / 1e9, 1)
     counts = ", ".join(f"{sum(1 for _, m in items if m == each)} {each}" for each in modes)
     print(f"zoo: {counts or 'nothing to run'}; {env['size']} size, {env['dtype']} on {env['device']}; "
           f"torch {env['torch']}, transformers {env['transformers']}", flush=True)

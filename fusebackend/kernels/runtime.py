@@ -92,6 +92,13 @@ def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType
 _kernels: dict[tuple[str, str], Any] = {}  # (source_hash of a kernel's source less its name, suffix) -> function
 
 
+def kernel_identity(name: str, source: str) -> str:
+    """What two kernels share when ``load_kernel`` serves both with one function: their source
+    but for the kernel's name and the comments."""
+    body = [line for line in source.replace(name, "kernel").splitlines() if not line.lstrip().startswith("#")]
+    return source_hash("\n".join(body))
+
+
 def load_kernel(name: str, source: str, suffix: str = "") -> Any:
     """The ``@triton.jit`` function ``name`` of ``source``, or the one already loaded from the same
     source under another name.
@@ -103,8 +110,7 @@ def load_kernel(name: str, source: str, suffix: str = "") -> Any:
     each kernel's own source, and profilers show the first one's name. ``suffix``: the function
     ``name + suffix`` of the same module instead (a reduction's persistent kernel for short rows).
     """
-    body = [line for line in source.replace(name, "kernel").splitlines() if not line.lstrip().startswith("#")]
-    same = (source_hash("\n".join(body)), suffix)
+    same = (kernel_identity(name, source), suffix)
     kernel = _kernels.get(same)
     if kernel is None:
         kernel = _kernels[same] = getattr(load_module(source, name), name + suffix)

@@ -1,0 +1,1 @@
+"""One-off studies: measurements behind a design choice, kept runnable. ``benchmarks/README.md`` lists them."""

@@ -1,0 +1,69 @@
+"""The zoo's kernel audit (``benchmarks/zoo/audit.py``) and its report lines, on made-up figures:
+floors read from kernel headers and grouped as the runtime shares functions, each kernel's time
+against its floor, the kernels flagged, and a model's loss against Inductor by cause. The
+profiling itself needs a GPU (the zoo runner on one)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benchmarks.zoo import audit, report
+from benchmarks.zoo.measure import StepProfile
+from benchmarks.zoo.run import VariantStats, ZooRow
+
+
+def _kernel(name: str, body: str, read: int, written: int) -> tuple[str, str]:
+    return name, f"@triton.jit\ndef {name}(in_ptr0, out_ptr0):\n    # buf1 (stored)\n" \
+                 f"    # reads {read} B, writes {written} B\n    {body}\n"
+
+
+def test_floors_group_the_kernels_one_function_serves() -> None:
+    # the same block in two layers (same source but the name and comments) is one function, shown
+    # under one name: its floor is both kernels'
+    kernels = [_kernel("fused_pw0_add", "x = 1", 1000, 500), _kernel("fused_pw7_add", "x = 1", 1000, 500),
+               _kernel("fused_red1_sum", "y = 2", 4000, 8)]
+    floors = audit.kernel_floors(kernels)
+    assert floors["fused_pw0_add"] == floors["fused_pw7_add"]
+    assert floors["fused_pw0_add"].floor_bytes == 3000 and floors["fused_pw0_add"].names == ("fused_pw0_add", "fused_pw7_add")
+    assert floors["fused_red1_sum"].floor_bytes == 4008
+
+
+def test_audit_sets_each_kernel_against_its_floor_and_flags_the_slow_ones() -> None:
+    floors = audit.kernel_floors([_kernel("fused_pw0_add", "x = 1", 3_000_000, 1_000_000),
+                                  _kernel("fused_red1_sum", "y = 2", 1_000_000, 0)])
+    # 1e9 bytes/s: 4 MB take 4000 us, 1 MB 1000 us
+    profile = StepProfile({"fused_pw0_add": (1, 5000.0), "fused_red1_sum": (1, 4000.0), "sm90_gemm": (2, 1000.0)})
+    rows = audit.audit(profile, floors, 1e9)
+    assert [r.name for r in rows] == ["fused_red1_sum", "fused_pw0_add"]  # the worst against its floor first
+    red, pw = rows
+    assert red.floor_us == 1000.0 and red.of_floor == 0.25 and red.share == 0.4
+    assert pw.of_floor == 0.8 and pw.share == 0.5
+    assert [r.name for r in audit.flagged(rows)] == ["fused_red1_sum"]
+    assert profile.generated_us() == 9000.0 and profile.total_us == 10000.0 and profile.launches == 4
+
+
+def test_the_report_gives_the_audit_and_the_loss_by_cause() -> None:
+    fuse = VariantStats("fuse", median_ms=3.0, speedup=1.0, host_ms=3.2, gpu_ms=2.5, peak_mib=1100.0,
+                        generated_us=1500.0, library_us=1000.0, floor_us=600.0,
+                        slow_kernels=[{"name": "fused_red1_sum", "kernels": 1, "launches": 1, "us": 800.0,
+                                       "floor_us": 100.0, "of_floor": 0.125, "share": 0.32}])
+    inductor = VariantStats("inductor", median_ms=2.0, speedup=1.5, host_ms=2.1, gpu_ms=2.0, peak_mib=1000.0,
+                            generated_us=1000.0, library_us=1000.0)
+    row = ZooRow("vae", "inference", variants=[VariantStats("eager", "ref", median_ms=3.0, speedup=1.0), inductor, fuse])
+    (line,) = report.audit_lines([row])
+    assert "fuse's kernels 1.50 ms (their floor 0.60 ms, 40% of it)" in line
+    assert "Inductor's kernels 1.00 ms" in line and "fused_red1_sum 800 us (12% of floor, 32% of the step)" in line
+    cause = report.loss_causes(row)
+    assert cause == ("vae (inference): +1.00 ms a step; GPU kernels: generated +0.50 ms, library +0.00 ms; "
+                     "host beyond the GPU: fuse 0.70 ms, Inductor 0.10 ms; peak +100 MiB")
+    faster = ZooRow("vit", "inference", variants=[dataclasses.replace(fuse, median_ms=1.0), inductor])
+    assert report.loss_causes(faster) is None
+    assert "## Kernels against their floor" in report.markdown([row], {"size": "real", "dtype": "bf16", "copy_gbps": 3000})
+
+
+@pytest.mark.parametrize("name", ["fused_pw0_add", "triton_poi_fused_add_0"])
+def test_generated_kernels_are_told_from_library_ones(name: str) -> None:
+    profile = StepProfile({name: (1, 10.0), "void cutlass::Kernel2<...>": (1, 30.0)})
+    assert profile.generated_us() == 10.0
