@@ -579,3 +579,16 @@ def test_group_norm_over_channels_last_trains(dtype: torch.dtype) -> None:
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=tol, rtol=tol)
     assert fusebackend.metrics.eager_graphs == 0
+
+
+def test_a_reduction_over_a_copy_reads_in_the_copied_tensors_memory_order() -> None:
+    # torch 2.11 decomposes GroupNorm over channels-last activations into a contiguous copy, then
+    # the reduction over the copy. The copy fuses into the reduction, which then reads the
+    # activations: it runs in their memory order (builder._read_strides looks through the copy
+    # and the cast), not the copy's.
+    x = torch.randn(3, 8, 5, 7, dtype=bf16).to(memory_format=torch.channels_last)
+    w, b = torch.randn(8, dtype=bf16), torch.randn(8, dtype=bf16)
+    check(lambda x: F.silu(F.group_norm(x.contiguous().float(), 1, w.float(), b.float())), x)
+    (reduction,) = [src for src in kernels().values() if "tl.reduce(" in src or "tl.sum(" in src]
+    loads = [load for load in _loads(reduction) if "rindex" in load]
+    assert loads and all("rindex + 280*xindex" in load for load in loads), loads

@@ -99,7 +99,7 @@ def test_softmax_looped_32_rows_of_20000_is_one_looped_kernel() -> None:
     assert "for roffset in range" in src
     assert src.count("for roffset in range") == 3  # the max, the sum, then the normalized output
     assert stores(src) == 1
-    assert "split" not in src  # 32 rows fill the GPU: no split
+    assert "split" not in src  # rows under 64K elements: no split
 
 
 @pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
@@ -455,3 +455,13 @@ def test_stored_prologue_fuses_into_a_split_row_sum() -> None:
     x = torch.randn(2, 70_000)
     check(lambda x: (torch.sigmoid(x), torch.sigmoid(x).sum(-1)), x)
     assert kernel_count() == 2
+
+
+def test_a_hundred_long_rows_split() -> None:
+    # 100 rows of 64K elements would leave most of an H100's 132 SMs idle with a program a row:
+    # the reduction splits each row (builder.split_count), two kernels: partial sums, then theirs
+    art = compile_only(lambda x: x.sum(-1), torch.randn(100, 65536))
+    assert art.kernel_count == 2, art.schedule
+    assert any("split, phase 1" in src for src in art.kernels.values())
+    art = compile_only(lambda x: x.sum(-1), torch.randn(256, 65536))  # enough rows: one kernel
+    assert art.kernel_count == 1 and "split" not in next(iter(art.kernels.values()))
