@@ -251,6 +251,26 @@ class _DynamoGraphOnFailure:
         return self.gm(*args)
 
 
+def _dynamo_breaks_at(exc: Exception) -> bool:
+    """Whether Dynamo, handed ``exc`` from the backend, breaks its graph and compiles the parts:
+    an op whose output's shape or value the data decides (``nonzero`` in the backward of a
+    boolean-mask assignment, ``x[mask] = v``), which AOTAutograd cannot trace ahead of the values
+    and which no single node of Dynamo's graph names (so ``split_at_failure`` cannot cut
+    there). Dynamo takes these (``exceptions_allowed_to_be_fallback``) as a graph break, as for
+    Inductor, except in a frame with a user's ``allow_in_graph`` function, where it would raise
+    to the user instead: there the graph runs eagerly."""
+    allowed = getattr(torch._dynamo.exc, "exceptions_allowed_to_be_fallback", ())
+    if not isinstance(exc, allowed):
+        return False
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        tx = InstructionTranslator.current_tx()
+    except Exception:  # not inside Dynamo's frame compile: nothing to break
+        return False
+    return tx is not None and not getattr(tx.output, "has_user_defined_allowed_in_graph", True)
+
+
 def _eager_after_warning(gm: torch.fx.GraphModule, exc: Exception) -> Callable[..., Any]:
     warnings.warn(
         f"fusebackend: tracing the graph with AOTAutograd failed ({type(exc).__name__}: {exc}); "
@@ -278,6 +298,8 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | No
         split = split_at_failure(gm, exc, functools.partial(fuse, mode=mode, options=options))
         if split is not None:
             return split
+        if _dynamo_breaks_at(exc):
+            raise  # Dynamo breaks the graph where the values decide shapes and compiles the rest
         return _eager_after_warning(gm, exc)
     # not traced by Dynamo when called from the code it generated (as AOTAutograd's result isn't)
     return torch._dynamo.disable(_DynamoGraphOnFailure(gm, compiled))

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import fusebackend
+import fusebackend.backend
 import fusebackend.splitting
 from helpers import assert_same, kernel_count, kernels
 
@@ -98,10 +99,60 @@ def test_a_part_that_meets_too_many_signatures_runs_eagerly_after_a_warning(monk
 
 
 def test_a_graph_that_names_no_failing_node_runs_eagerly(monkeypatch) -> None:
-    # the trace fails without naming a node: nothing to cut around, so Dynamo's graph runs
+    # the trace fails without naming a node: nothing to cut around, and (here) no failure that
+    # Dynamo breaks its graph at, so Dynamo's graph runs
     monkeypatch.setattr(fusebackend.splitting, "failing_node", lambda gm, exc: None)
+    monkeypatch.setattr(fusebackend.backend, "_dynamo_breaks_at", lambda exc: False)
     x = torch.randn(6, 5)
     with pytest.warns(UserWarning, match="tracing the graph with AOTAutograd failed"):
         out = _compile(narrow_by_tensor)(x, torch.tensor(2, device="cpu"))
     assert_same(out, narrow_by_tensor(x, torch.tensor(2, device="cpu")))
     assert fusebackend.metrics.eager_graphs == 1
+
+
+class _Layer(torch.nn.Module):
+    # a model's own layer (not one of torch.nn's, whose frames Dynamo does not start at)
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, 8) / 3)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(h @ self.weight + 1)
+
+
+class _MaskedFill(torch.nn.Module):
+    """SpecAugment-style masking between two layers: ``h[mask] = v``, whose backward needs the
+    mask's ``nonzero`` (a shape the data decides)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = _Layer()
+        self.fill = torch.nn.Parameter(torch.randn(8))
+        self.post = _Layer()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.pre(x).clone()
+        h[mask] = self.fill
+        return self.post(h).sum()
+
+
+def test_a_shape_the_data_decides_in_a_backward_breaks_dynamos_graph() -> None:
+    # AOTAutograd cannot trace the backward of h[mask] = v ahead of the mask's values, and no node
+    # of Dynamo's graph names the failure. fuse hands the exception back to Dynamo, which breaks
+    # its graph there (as for Inductor): the layers around it are compiled, nothing runs eagerly
+    # after a warning of fuse's, and the gradients are eager's.
+    torch.manual_seed(0)
+    model = _MaskedFill()
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    mask = torch.rand(2, 5) > 0.5
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        loss = torch.compile(model, backend="fuse")(x, mask)
+        grads = torch.autograd.grad(loss, [x, *model.parameters()])
+    assert not [w for w in record if str(w.message).startswith("fusebackend")], [str(w.message) for w in record]
+    want = torch.autograd.grad(model(x, mask), [x, *model.parameters()])
+    for got, expected in zip(grads, want):
+        assert_same(got, expected)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert fusebackend.metrics.graphs_compiled == 2  # the layers' forward and backward (one frame serves both)
+    assert any("Backend compiler exception" in k for k in torch._dynamo.utils.counters["unimplemented"])
