@@ -323,3 +323,44 @@ def test_aotautograds_key_carries_fuses_versions_options_and_mode() -> None:
     with torch.compiler.config.patch(cache_key_tag="user"):  # a user's own tag is kept
         assert tag() == f"user {plain}"
     assert torch.compiler.config.cache_key_tag == ""
+
+
+# The portable artifacts: the child saves them after its compile (SAVE), or loads them into its
+# empty folders before it compiles (LOAD); fusebackend is imported first, so that PyTorch knows
+# fuse's artifact type when it unpacks them.
+PORTABLE = """
+import os, sys
+import torch
+import fusebackend
+if os.environ.get("LOAD"):
+    with open(os.environ["LOAD"], "rb") as f:
+        info = torch.compiler.load_cache_artifacts(f.read())
+    print("loaded", len(info.artifacts.get("fusebackend", [])), len(info.artifacts.get("aot_autograd", [])))
+"""
+
+
+def test_a_fresh_process_loaded_with_the_portable_artifacts_lowers_no_graph(tmp_path: Any) -> None:
+    saved = tmp_path / "artifacts.bin"
+    save = textwrap.dedent(CHILD) + textwrap.dedent("""
+        data, info = torch.compiler.save_cache_artifacts()
+        open(sys.argv[1], "wb").write(data)
+        """)
+    env = dict(os.environ, FUSE_CACHE_DIR=str(tmp_path / "first"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "first-inductor"))
+    done = subprocess.run([sys.executable, "-c", save, str(saved)], env=env, cwd=str(tmp_path), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first["misses"] == first["graphs"] == 3 and saved.stat().st_size > 0
+    # a fresh machine: other, empty folders; the artifacts loaded before anything is compiled
+    env = dict(os.environ, FUSE_CACHE_DIR=str(tmp_path / "fresh"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor"),
+               LOAD=str(saved))
+    load = textwrap.dedent(PORTABLE) + textwrap.dedent(CHILD)
+    done = subprocess.run([sys.executable, "-c", load], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "loaded 3 2", lines  # fuse's three graphs, AOTAutograd's two Dynamo graphs
+    second = json.loads(lines[-1])
+    assert second["hits"] == second["graphs"] == 3 and second["misses"] == 0 and second["eager"] == 0, second
+    assert second["aot_hits"] == 2
+    assert not {"lower", "schedule", "codegen"} & set(second["stages"]), second["stages"]

@@ -23,6 +23,9 @@ digest is reported once (a warning) and recompiled, and the new entry replaces i
 that cannot be written costs one warning: graphs are then compiled and not stored, and kernel
 modules (which Triton imports from files) go to a temporary folder.
 
+Entries travel in PyTorch's portable cache artifacts (``torch.compiler.save_cache_artifacts`` /
+``load_cache_artifacts``), beside AOTAutograd's: see "Portable artifacts" below.
+
     python -m fusebackend.cache           # the folder, its entries and their sizes
     python -m fusebackend.cache --clear   # delete fusebackend's entries and kernel modules
 """
@@ -305,6 +308,7 @@ def store(key: str, entry: Entry) -> bool:
     header = {"name": entry.name, "kernels": len(entry.kernels), "created": time.time(),
               "versions": list(_versions()[:3])}
     data = MAGIC + json.dumps(header).encode() + b"\n" + hashlib.sha256(payload).digest() + payload
+    _record_artifact(key, data)
     if not write_atomic(path, data):
         if config.cache_dir not in _unwritable_warned:
             _unwritable_warned.add(config.cache_dir)
@@ -328,6 +332,7 @@ def load(key: str) -> Entry | None:
     except Exception as exc:
         report_corrupt(path, exc)
         return None
+    _record_artifact(key, data)
     return entry
 
 
@@ -352,6 +357,56 @@ def report_corrupt(path: str, exc: BaseException) -> None:
         _corrupt_warned.add(path)
         warnings.warn(f"fusebackend: the cache entry {path} is unreadable ({exc}); compiling the graph again",
                       stacklevel=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# portable artifacts
+#
+# fuse's compiled graphs in PyTorch's portable cache artifacts.
+#
+# ``torch.compiler.save_cache_artifacts()`` returns the bytes of every cache entry the process
+# wrote or read (Inductor's graphs, AOTAutograd's results, autotuning choices...), and
+# ``torch.compiler.load_cache_artifacts(data)`` writes them into a fresh machine's cache folders,
+# so that its first compile loads instead of compiling. fuse's entries go with them: ``store``
+# and ``load`` record each entry they write or read (``_record_artifact``), as an artifact of type
+# ``fusebackend`` whose key is the entry's key and whose content is the entry file's bytes;
+# loading writes it into ``FUSE_CACHE_DIR`` (``FuseGraphArtifact.populate_cache``), where the
+# first compile of the graph finds it. With AOTAutograd's artifacts (which hold fuse's ATen
+# graphs), a process loaded with them lowers no graph.
+#
+# The kernels' binaries do not travel: the entry holds each kernel's source, and Triton compiles
+# them at the first load (in worker processes, ``kernels/precompile.py``), or finds them in its
+# own cache (``TRITON_CACHE_DIR``).
+#
+# PyTorch reads the artifacts' types when it unpacks them, and knows only its own: import
+# fusebackend before ``load_cache_artifacts`` (``torch.compile(model, backend="fuse")`` imports it
+# only when it is called). Without it PyTorch logs a warning and loads nothing.
+
+ARTIFACT_TYPE = "fusebackend"
+
+try:  # PyTorch's portable caches (torch.compiler._cache), in every version fuse supports
+    from torch.compiler._cache import CacheArtifact, CacheArtifactFactory, CacheArtifactManager
+except ImportError:  # pragma: no cover - an older torch: entries stay on this machine
+    CacheArtifactManager = None
+else:
+
+    @CacheArtifactFactory.register
+    class FuseGraphArtifact(CacheArtifact):
+        """One compiled graph: its key and its entry file's bytes (``store``'s format)."""
+
+        def populate_cache(self) -> None:
+            if folder("graphs") is not None:
+                write_atomic(entry_path(self.key), self.content)
+
+        @staticmethod
+        def type() -> str:
+            return ARTIFACT_TYPE
+
+
+def _record_artifact(key: str, data: bytes) -> None:
+    """Record the entry ``data`` under ``key`` for ``torch.compiler.save_cache_artifacts``."""
+    if CacheArtifactManager is not None:
+        CacheArtifactManager.record_artifact(ARTIFACT_TYPE, key, data)
 
 
 # ---------------------------------------------------------------------------------------------
