@@ -21,8 +21,8 @@ TINY_VOCAB = 128
 TINY_BATCH, TINY_SEQ = 2, 16
 
 
-def _causal_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int,
-               device: torch.device, dtype: torch.dtype) -> Built:
+def causal_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int,
+              device: torch.device, dtype: torch.dtype) -> Built:
     """A decoder-only LM: inference on token ids, training with ``labels=input_ids`` (the model
     shifts them)."""
     config = drop_nothing(config)
@@ -31,7 +31,7 @@ def _causal_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int
     return Built(model, {"input_ids": ids}, {"input_ids": ids, "labels": ids}, model_loss, f"b{batch} s{seq}")
 
 
-def _special_ids(vocab: int) -> dict[str, int]:
+def special_ids(vocab: int) -> dict[str, int]:
     # inside the tiny vocabulary (the defaults, e.g. GPT-2's 50256, are not)
     return {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1} if vocab == TINY_VOCAB else {}
 
@@ -41,10 +41,10 @@ def gpt2(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
 
     if size == "tiny":
         config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=TINY_VOCAB,
-                            **_special_ids(TINY_VOCAB))
-        return _causal_lm(GPT2LMHeadModel, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
+                            **special_ids(TINY_VOCAB))
+        return causal_lm(GPT2LMHeadModel, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
     config = GPT2Config()  # GPT-2 small: 12 layers, 768 wide, 12 heads, 124M parameters
-    return _causal_lm(GPT2LMHeadModel, config, config.vocab_size, 8, 512, device, dtype)
+    return causal_lm(GPT2LMHeadModel, config, config.vocab_size, 8, 512, device, dtype)
 
 
 def llama(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
@@ -53,15 +53,15 @@ def llama(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     if size == "tiny":
         config = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                             **_special_ids(TINY_VOCAB))
-        return _causal_lm(LlamaForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
+                             **special_ids(TINY_VOCAB))
+        return causal_lm(LlamaForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
     # Llama 3.2 1B: 16 layers, 2048 wide, 32 query heads sharing 8 key/value heads, tied embeddings
     config = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                          num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=8192,
                          rms_norm_eps=1e-5, tie_word_embeddings=True,
                          rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
                          bos_token_id=128000, eos_token_id=128001)
-    return _causal_lm(LlamaForCausalLM, config, config.vocab_size, 4, 512, device, dtype)
+    return causal_lm(LlamaForCausalLM, config, config.vocab_size, 4, 512, device, dtype)
 
 
 def qwen2(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
@@ -70,13 +70,13 @@ def qwen2(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     if size == "tiny":
         config = Qwen2Config(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64,
-                             **_special_ids(TINY_VOCAB))
-        return _causal_lm(Qwen2ForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
+                             **special_ids(TINY_VOCAB))
+        return causal_lm(Qwen2ForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
     # Qwen2 0.5B: 24 layers, 896 wide, 14 query heads over 2 key/value heads, biased q/k/v
     config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                          num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                          tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
-    return _causal_lm(Qwen2ForCausalLM, config, config.vocab_size, 4, 512, device, dtype)
+    return causal_lm(Qwen2ForCausalLM, config, config.vocab_size, 4, 512, device, dtype)
 
 
 def gpt_neox(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
@@ -84,16 +84,16 @@ def gpt_neox(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
 
     if size == "tiny":
         config = GPTNeoXConfig(vocab_size=TINY_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=64, max_position_embeddings=64, **_special_ids(TINY_VOCAB))
-        return _causal_lm(GPTNeoXForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
+                               intermediate_size=64, max_position_embeddings=64, **special_ids(TINY_VOCAB))
+        return causal_lm(GPTNeoXForCausalLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype)
     # Pythia 160M: 12 layers, 768 wide, parallel attention and MLP, rotary on a quarter of each head
     config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                            intermediate_size=3072, max_position_embeddings=2048)
-    return _causal_lm(GPTNeoXForCausalLM, config, config.vocab_size, 8, 512, device, dtype)
+    return causal_lm(GPTNeoXForCausalLM, config, config.vocab_size, 8, 512, device, dtype)
 
 
-def _masked_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int, device: torch.device,
-               dtype: torch.dtype, token_types: bool) -> Built:
+def masked_lm(model_cls: type, config: object, vocab: int, batch: int, seq: int, device: torch.device,
+              dtype: torch.dtype, token_types: bool) -> Built:
     """An encoder with its masked-LM head. Inputs carry an attention mask that pads the end of
     every other sequence (a real batch has padding); the loss is over about 15% of the positions
     (the others are labelled -100, ignored)."""
@@ -119,9 +119,9 @@ def bert(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     if size == "tiny":
         config = BertConfig(vocab_size=TINY_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=64)
-        return _masked_lm(BertForMaskedLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype, True)
+        return masked_lm(BertForMaskedLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype, True)
     config = BertConfig()  # BERT-base: 12 layers, 768 wide, 12 heads, 110M parameters
-    return _masked_lm(BertForMaskedLM, config, config.vocab_size, 16, 512, device, dtype, True)
+    return masked_lm(BertForMaskedLM, config, config.vocab_size, 16, 512, device, dtype, True)
 
 
 def distilbert(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
@@ -130,9 +130,9 @@ def distilbert(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     if size == "tiny":
         config = DistilBertConfig(vocab_size=TINY_VOCAB, dim=32, hidden_dim=64, n_layers=2, n_heads=2,
                                   max_position_embeddings=64)
-        return _masked_lm(DistilBertForMaskedLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype, False)
+        return masked_lm(DistilBertForMaskedLM, config, TINY_VOCAB, TINY_BATCH, TINY_SEQ, device, dtype, False)
     config = DistilBertConfig()  # DistilBERT-base: 6 layers, 768 wide, 66M parameters
-    return _masked_lm(DistilBertForMaskedLM, config, config.vocab_size, 16, 512, device, dtype, False)
+    return masked_lm(DistilBertForMaskedLM, config, config.vocab_size, 16, 512, device, dtype, False)
 
 
 def t5(size: Size, device: torch.device, dtype: torch.dtype) -> Built:

@@ -1,10 +1,12 @@
-"""Image classifiers from torchvision (imported only when built: torchvision is not installed on
-every machine, and never by this project).
+"""Image classifiers and a segmentation model from torchvision (imported only when built:
+torchvision is not installed on every machine, and never by this project).
 
-Called as ``model(x=images)``; the loss is cross-entropy against random labels. Tiny: the same
-classes at 32x32, batch 2, 10 classes, one or two blocks per stage. Real: the library's standard
-constructors (``weights=None``: random weights, nothing downloaded) at batch 64, 224x224.
-Stochastic depth is set to 0 after construction (``common.zero_dropout_modules``).
+Called as ``model(x=images)``; the loss is cross-entropy against random labels (per pixel for
+DeepLabV3). Tiny: the same classes at 32x32, batch 2, 10 classes, one or two blocks per stage.
+Real: the library's standard constructors (``weights=None``, and ``weights_backbone=None`` for
+DeepLabV3: random weights, nothing downloaded) at batch 64, 224x224 (DeepLabV3: batch 8, 512x512,
+21 classes as in Pascal VOC). Stochastic depth is set to 0 after construction
+(``common.zero_dropout_modules``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmarks.zoo.common import floats, instantiate, labels
+from benchmarks.zoo.common import floats, generator, instantiate, labels
 from benchmarks.zoo.spec import Built, Size
 
 TINY = (2, 32, 10)  # batch, image side, classes
@@ -93,3 +95,85 @@ def convnext_tiny(size: Size, classes: int) -> Any:
         stages = [convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)]
         return convnext.ConvNeXt(stages, stochastic_depth_prob=0.0, num_classes=classes)
     return convnext.convnext_tiny(weights=None, num_classes=classes)
+
+
+@_builder
+def densenet121(size: Size, classes: int) -> Any:
+    """torchvision DenseNet-121: dense blocks concatenating every layer's features, batch norm
+    before each convolution (tiny: two dense blocks of 2 layers, growth rate 8)."""
+    from torchvision.models import densenet
+
+    if size == "tiny":
+        return densenet.DenseNet(growth_rate=8, block_config=(2, 2), num_init_features=16, bn_size=2,
+                                 num_classes=classes)
+    return densenet.densenet121(weights=None, num_classes=classes)
+
+
+@_builder
+def resnext50_32x4d(size: Size, classes: int) -> Any:
+    """torchvision ResNeXt-50 32x4d: bottlenecks with grouped 3x3 convolutions, 32 groups of 4 channels
+    (tiny: one block per stage, 4 groups of 8)."""
+    from torchvision.models import resnet
+
+    if size == "tiny":
+        return resnet.ResNet(resnet.Bottleneck, [1, 1, 1, 1], groups=4, width_per_group=8, num_classes=classes)
+    return resnet.resnext50_32x4d(weights=None, num_classes=classes)
+
+
+@_builder
+def regnet_x_1_6gf(size: Size, classes: int) -> Any:
+    """torchvision RegNetX-1.6GF: grouped-convolution bottlenecks without squeeze-and-excitation
+    (tiny: 3 blocks over widths 8-32, groups of 8)."""
+    from torchvision.models import regnet
+
+    if size == "tiny":
+        params = regnet.BlockParams.from_init_params(depth=3, w_0=8, w_a=8.0, w_m=2.0, group_width=8)
+        return regnet.RegNet(params, num_classes=classes, stem_width=8)
+    return regnet.regnet_x_1_6gf(weights=None, num_classes=classes)
+
+
+@_builder
+def efficientnet_v2_s(size: Size, classes: int) -> Any:
+    """torchvision EfficientNetV2-S: fused MBConv (one full 3x3 convolution) in the early stages,
+    MBConv with squeeze-and-excitation after (tiny: two fused stages and one MBConv stage)."""
+    from torchvision.models import efficientnet as en
+
+    if size == "tiny":
+        stages = [en.FusedMBConvConfig(1, 3, 1, 16, 16, 1), en.FusedMBConvConfig(4, 3, 2, 16, 24, 1),
+                  en.MBConvConfig(4, 3, 2, 24, 32, 1)]
+        return en.EfficientNet(stages, dropout=0.0, stochastic_depth_prob=0.0, num_classes=classes, last_channel=64)
+    return en.efficientnet_v2_s(weights=None, num_classes=classes)
+
+
+SEGMENTATION_TINY = (2, 32, 10)  # batch, image side, classes
+SEGMENTATION_REAL = (8, 512, 21)
+
+
+def deeplabv3_resnet50(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
+    """torchvision DeepLabV3 with a ResNet-50 backbone: dilated convolutions in the last two stages
+    (output stride 8), atrous spatial pyramid pooling (rates 12, 24, 36 and a global pool), the
+    logits upsampled (bilinear) to the image. Trained with per-pixel cross-entropy on its "out"
+    logits. Tiny: a ResNet of one bottleneck per stage, its inner widths a quarter of ResNet-50's."""
+    from torchvision.models import resnet
+    from torchvision.models._utils import IntermediateLayerGetter
+    from torchvision.models.segmentation import deeplabv3
+
+    batch, side, classes = SEGMENTATION_TINY if size == "tiny" else SEGMENTATION_REAL
+
+    def make() -> nn.Module:
+        if size == "real":
+            return deeplabv3.deeplabv3_resnet50(weights=None, weights_backbone=None, num_classes=classes,
+                                                aux_loss=False)
+        backbone = resnet.ResNet(resnet.Bottleneck, [1, 1, 1, 1], width_per_group=16,
+                                 replace_stride_with_dilation=[False, True, True])
+        body = IntermediateLayerGetter(backbone, return_layers={"layer4": "out"})
+        return deeplabv3.DeepLabV3(body, deeplabv3.DeepLabHead(backbone.inplanes, classes))
+
+    model = instantiate(make, device, dtype)
+    images = floats((batch, 3, side, side), device, dtype)
+    target = torch.randint(0, classes, (batch, side, side), generator=generator(100)).to(device)
+
+    def loss(output: dict[str, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(output["out"].float(), target)
+
+    return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")

@@ -25,9 +25,12 @@ REAL = (64, 224, 1000)
 TINY_SIDE_MOBILENET = 64
 
 
-def _classifier(model_cls: type, config: Any, side: int, size: Size, device: torch.device,
-                dtype: torch.dtype) -> Built:
-    batch, _, classes = TINY if size == "tiny" else REAL
+def classifier(model_cls: type, config: Any, side: int, size: Size, device: torch.device, dtype: torch.dtype,
+               batch: int | None = None) -> Built:
+    """``model_cls(config)`` on ``pixel_values`` of ``side`` x ``side``, trained with ``labels=``; the
+    batch is the size's (``TINY`` or ``REAL``) unless given."""
+    default_batch, _, classes = TINY if size == "tiny" else REAL
+    batch = batch or default_batch
     config.num_labels = classes
     config = drop_nothing(config)
     model = instantiate(lambda: model_cls(config), device, dtype)
@@ -40,17 +43,20 @@ def _classifier(model_cls: type, config: Any, side: int, size: Size, device: tor
 Made = tuple[type, Any] | tuple[type, Any, int]  # the model class, its configuration[, the image side]
 
 
-def _builder(make: Callable[[Size], Made]) -> Callable[[Size, torch.device, torch.dtype], Built]:
+def image_classifier(make: Callable[[Size], Made]) -> Callable[[Size, torch.device, torch.dtype], Built]:
+    """A zoo builder from ``make(size)``, which names the model class, its configuration and the
+    image side where it is not the size's (decorator; ``classifier`` builds)."""
+
     def build(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
         made = make(size)
         side = made[2] if len(made) == 3 else (TINY if size == "tiny" else REAL)[1]
-        return _classifier(made[0], made[1], side, size, device, dtype)
+        return classifier(made[0], made[1], side, size, device, dtype)
 
     build.__doc__ = make.__doc__
     return build
 
 
-@_builder
+@image_classifier
 def vit(size: Size) -> Made:
     """ViT: patch embedding, pre-norm encoder, classifier on the [CLS] token."""
     from transformers import ViTConfig, ViTForImageClassification
@@ -61,7 +67,7 @@ def vit(size: Size) -> Made:
     return ViTForImageClassification, ViTConfig()  # ViT-B/16: 12 layers, 768 wide, 86M parameters
 
 
-@_builder
+@image_classifier
 def swin(size: Size) -> Made:
     """Swin: windowed attention with shifted windows (every second block) and patch merging."""
     from transformers import SwinConfig, SwinForImageClassification
@@ -74,7 +80,7 @@ def swin(size: Size) -> Made:
     return SwinForImageClassification, SwinConfig(embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24])
 
 
-@_builder
+@image_classifier
 def convnext(size: Size) -> Made:
     """ConvNeXt: 7x7 depthwise convolutions, LayerNorm over channels, inverted MLP, layer scale."""
     from transformers import ConvNextConfig, ConvNextForImageClassification
@@ -85,7 +91,7 @@ def convnext(size: Size) -> Made:
     return ConvNextForImageClassification, ConvNextConfig()  # ConvNeXt-T: 96-768 wide, depths 3-3-9-3
 
 
-@_builder
+@image_classifier
 def resnet(size: Size) -> Made:
     """ResNet with bottleneck blocks and batch norm."""
     from transformers import ResNetConfig, ResNetForImageClassification
@@ -96,7 +102,7 @@ def resnet(size: Size) -> Made:
     return ResNetForImageClassification, ResNetConfig()  # ResNet-50: depths 3-4-6-3, 25.6M parameters
 
 
-@_builder
+@image_classifier
 def mobilenet_v2(size: Size) -> Made:
     """MobileNetV2: inverted residuals, depthwise convolutions, ReLU6, batch norm, TF-style padding."""
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
@@ -115,7 +121,7 @@ def mobilenet_v2(size: Size) -> Made:
 # values or more; this costs no more time in the interpreter (fewer, larger blocks dominate).
 
 
-@_builder
+@image_classifier
 def efficientnet(size: Size) -> Made:
     """EfficientNet: MBConv blocks with squeeze-and-excitation, SiLU, batch norm."""
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
@@ -130,7 +136,7 @@ def efficientnet(size: Size) -> Made:
                                                                   depth_coefficient=1.0, hidden_dim=1280)
 
 
-@_builder
+@image_classifier
 def clip_vision(size: Size) -> Made:
     """CLIP's image tower (ViT with a pre-LayerNorm and quick-GELU) with a linear classifier."""
     from transformers import CLIPConfig, CLIPForImageClassification
