@@ -38,6 +38,9 @@ def _fresh_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    # test_zoo.py runs the first zoo models and a fixed sample of the others by default; --zoo=all runs every one.
+    parser.addoption("--zoo", choices=("sample", "all"), default="sample",
+                     help="zoo models for tests/test_zoo.py: the default set (DEFAULT_MODELS there) or all")
     parser.addoption("--zoo-train", choices=("all", "core"), default="all",
                      help="tests/test_zoo.py: train every zoo model (all, the default) or only TRAIN_SET (core)")
     # test_opinfo.py runs a fixed sample of op_db by default; --opinfo=all runs every op.

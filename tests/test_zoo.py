@@ -7,11 +7,11 @@ skip with the reason where those are not installed):
   graph may run eagerly, eager's outputs must not have faded to nothing, and every output's
   distance from a float64 copy's (relative to the output's largest magnitude) must be at most
   twice eager's distance plus ``OUTPUT_TOL``.
-- a training step (forward, the model's own loss, backward): the compiled fp32 model, an eager
-  fp32 copy and an eager float64 copy of the same weights on the same batch. For the loss and every
-  parameter gradient, the compiled result's distance from float64 must be at most twice eager's
-  distance plus ``GRAD_ATOL`` times the largest float64 gradient of the model; batch norm's running
-  statistics (updated in train mode) are held to the same rule. No graph may run eagerly.
+- a training step (forward, the model's loss ``built.loss``, backward): the compiled fp32 model,
+  an eager fp32 copy and an eager float64 copy of the same weights on the same batch. For the loss
+  and every parameter gradient, the compiled result's distance from float64 must be at most twice
+  eager's distance plus ``GRAD_ATOL`` times the largest float64 gradient of the model; batch norm's
+  running statistics (updated in train mode) are held to the same rule. No graph may run eagerly.
 
 Dropout is off in every zoo model, so the three runs compute the same function.
 
@@ -19,10 +19,18 @@ The runner (``python -m benchmarks.zoo``) is run once on GPT-2's tiny configurat
 (its JSON, table, chart, and ``--chart-from`` on what it wrote), and its report merges results
 saved by separate runs.
 
-Time on 2 cores, cold kernel cache (2026-11-23): about 2.5 minutes for the file (45 s of inference,
-110 s of training steps, MobileNetV2's 17 blocks a quarter of it), up to twice that while other
-processes share the cores. ``pytest --zoo-train=core`` trains only ``TRAIN_SET`` (GPT-2, Llama,
-BERT, T5, ViT, ResNet, MobileNetV2) and skips the other training steps.
+Which models: by default (``--zoo=sample``) the zoo's first 23 models (``FIRST_MODELS``) and a fixed
+sample of the others (``SAMPLED_MODELS``, one of each kind of layer they brought); the rest skip.
+Every model, and one model::
+
+    python -m pytest tests/test_zoo.py --zoo=all
+    python -m pytest tests/test_zoo.py --zoo=all -k "[NAME]"
+
+Time on 2 cores, cold kernel cache (2026-11-23): about 2.5 minutes for the first 23 models (45 s
+of inference, 110 s of training steps, MobileNetV2's 17 blocks a quarter of it), up to twice that
+while other processes share the cores; the sample adds SAMPLE_TIME, and ``--zoo=all`` takes about
+FULL_TIME. ``pytest --zoo-train=core`` trains only ``TRAIN_SET`` (GPT-2, Llama, BERT, T5, ViT,
+ResNet, MobileNetV2) and skips the other training steps.
 """
 
 from __future__ import annotations
@@ -63,9 +71,28 @@ OUTPUT_TOL = 1e-5
 # distance alone would fail eager's own variants.
 GRAD_ATOL = 2e-6
 
+# Every run tests the zoo's first 23 models (tested on every run before the zoo grew) and a fixed
+# sample of the others, chosen for what their layers add to the first ones' and kept under two
+# minutes on 2 cores: Gemma 2 (tanh soft-capping, GeGLU, sliding windows), BLOOM (ALiBi), OPT
+# (learned positions, ReLU), DeBERTa-v2 (attention scores gathered from relative positions), BART
+# (an encoder-decoder with learned positions), wav2vec 2.0 (1-d convolutions over raw audio,
+# GroupNorm, a weight-normed grouped convolution), PoolFormer (one-group GroupNorm, average
+# pooling), DINOv2 (bicubic interpolation of the position embeddings) and Stable Diffusion's VAE
+# decoder (diffusers; GroupNorm of 32 groups, nearest upsampling); on machines with torchvision and
+# timm, DeepLabV3 (dilated convolutions, bilinear upsampling) and CoAtNet (MBConv and relative
+# attention). ``--zoo=all`` tests every model.
+FIRST_MODELS = ("gpt2", "bert", "distilbert", "llama", "qwen2", "gpt_neox", "t5", "whisper_encoder", "vit",
+                "clip_vision", "swin", "convnext", "resnet", "mobilenet_v2", "efficientnet", "tv_resnet50",
+                "tv_vit_b_16", "tv_mobilenet_v3_large", "tv_swin_t", "tv_convnext_tiny", "timm_vit_base_patch16_224",
+                "timm_efficientnet_b0", "timm_convnext_tiny")
+SAMPLED_MODELS = ("gemma2", "bloom", "opt", "deberta_v2", "bart", "wav2vec2", "poolformer", "dinov2",
+                  "sd_vae_decoder", "tv_deeplabv3_resnet50", "timm_coatnet_0_rw_224")
+DEFAULT_MODELS = FIRST_MODELS + SAMPLED_MODELS
 
 
-def _available(name: str) -> None:
+def _available(name: str, request: pytest.FixtureRequest) -> None:
+    if request.config.getoption("--zoo", default="sample") == "sample" and name not in DEFAULT_MODELS:
+        pytest.skip("not in the default sample (DEFAULT_MODELS): --zoo=all runs it")
     reason = ZOO[name].available()
     if reason is not None:
         pytest.skip(reason)
@@ -78,8 +105,8 @@ def _fuse_compiled_something() -> None:
 
 
 @pytest.mark.parametrize("name", list(ZOO))
-def test_zoo_inference_matches_eager(name: str) -> None:
-    _available(name)
+def test_zoo_inference_matches_eager(name: str, request: pytest.FixtureRequest) -> None:
+    _available(name, request)
     built = ZOO[name].build("tiny")
     model = built.model.eval()
     exact = copy.deepcopy(model).double()
@@ -118,7 +145,7 @@ def _train_set(config: pytest.Config) -> tuple[str, ...]:
 def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) -> None:
     if name not in _train_set(request.config):
         pytest.skip("--zoo-train=core: not in TRAIN_SET")
-    _available(name)
+    _available(name, request)
     built = ZOO[name].build("tiny")
     model = built.model.train()
     eager = copy.deepcopy(model)
