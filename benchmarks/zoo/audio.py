@@ -126,8 +126,9 @@ def wav2vec2(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
 
     def ctc(output: Any) -> torch.Tensor:
         log_probs = F.log_softmax(output.logits.double(), dim=-1)
-        return F.ctc_loss(log_probs.transpose(0, 1), target, frame_counts, target_counts, blank=config.pad_token_id,
-                          reduction="mean")
+        n = log_probs.shape[0]
+        return F.ctc_loss(log_probs.transpose(0, 1), target[:n], frame_counts[:n], target_counts[:n],
+                          blank=config.pad_token_id, reduction="mean")
 
     return Built(model, {"input_values": audio}, {"input_values": audio}, ctc, f"b{batch} {samples} samples")
 

@@ -48,7 +48,7 @@ class VaeDecode(nn.Module):
 def _mse_to(target: torch.Tensor) -> Any:
     def loss(output: Any) -> torch.Tensor:
         predicted = output if isinstance(output, torch.Tensor) else output.sample
-        return F.mse_loss(predicted.float(), target)
+        return F.mse_loss(predicted.float(), target[: predicted.shape[0]])
 
     return loss
 

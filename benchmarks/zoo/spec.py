@@ -17,7 +17,9 @@ configuration is written out here: nothing is downloaded.
 - ``inputs``: keyword arguments of ``model(**inputs)`` for inference.
 - ``train_inputs``: keyword arguments for the training step (``inputs`` plus labels where the
   model computes its own loss).
-- ``loss(output)``: the training loss from ``model(**train_inputs)``'s output.
+- ``loss(output)``: the training loss from ``model(**train_inputs)``'s output. A loss that holds
+  its own targets (labels, noise, a target image) takes the first as many rows of them as the output
+  has, so that a batch cut by ``narrow`` (which cuts the inputs) still finds its targets.
 
 A model whose library does not import here (torchvision, timm on a CPU machine) raises
 ``Unavailable`` with the reason, from ``build`` or from ``available()``.

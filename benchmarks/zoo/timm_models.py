@@ -106,7 +106,7 @@ def _create(name: str, size: Size, device: torch.device, dtype: torch.dtype) -> 
     target = labels(batch, classes, device)
 
     def loss(logits: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.float(), target)
+        return F.cross_entropy(logits.float(), target[: logits.shape[0]])
 
     return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")
 

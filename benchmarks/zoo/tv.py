@@ -31,7 +31,7 @@ def _classifier(factory: Callable[[int], nn.Module], size: Size, device: torch.d
     target = labels(batch, classes, device)
 
     def loss(logits: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.float(), target)
+        return F.cross_entropy(logits.float(), target[: logits.shape[0]])
 
     return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")
 
@@ -174,6 +174,7 @@ def deeplabv3_resnet50(size: Size, device: torch.device, dtype: torch.dtype) -> 
     target = torch.randint(0, classes, (batch, side, side), generator=generator(100)).to(device)
 
     def loss(output: dict[str, torch.Tensor]) -> torch.Tensor:
-        return F.cross_entropy(output["out"].float(), target)
+        logits = output["out"]
+        return F.cross_entropy(logits.float(), target[: logits.shape[0]])
 
     return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")
