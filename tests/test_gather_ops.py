@@ -243,3 +243,23 @@ def test_a_gathered_computed_tensor_still_raises_on_a_bad_index() -> None:
     assert kernel_count() == 1
     with pytest.raises(Exception, match="index out of bounds"):
         compiled(x, torch.tensor([0, 4]))
+
+
+def test_positions_from_a_constant_index_tensor_need_no_check() -> None:
+    # an index tensor written in the model's code is a constant of the graph: its values are known
+    # when the graph is compiled, so its positions are proven in range (negative ones wrapped)
+    # and the kernel asserts nothing (Falcon selects its key and value heads so)
+    x = torch.randn(3, 5, 6)
+    fn = lambda x: x[..., torch.tensor([-2, 0, 5])] * 2  # noqa: E731
+    check(fn, x)
+    sources = list(kernels().values())
+    assert sources and not any(ASSERT in src for src in sources), sources
+
+
+def test_positions_from_a_constant_out_of_range_stay_checked() -> None:
+    x = torch.randn(3, 5, 6)
+    fn = lambda x: x[..., torch.tensor([1, 6])] * 2  # noqa: E731  (6 is past the dim: eager raises)
+    with pytest.raises(Exception):
+        fn(x)
+    with pytest.raises(Exception):
+        torch.compile(fn, backend="fuse")(x)

@@ -36,12 +36,24 @@ def test_audit_sets_each_kernel_against_its_floor_and_flags_the_slow_ones() -> N
     # 1e9 bytes/s: 4 MB take 4000 us, 1 MB 1000 us
     profile = StepProfile({"fused_pw0_add": (1, 5000.0), "fused_red1_sum": (1, 4000.0), "sm90_gemm": (2, 1000.0)})
     rows = audit.audit(profile, floors, 1e9)
-    assert [r.name for r in rows] == ["fused_red1_sum", "fused_pw0_add"]  # the worst against its floor first
+    assert [r.name for r in rows] == ["fused_red*_sum", "fused_pw*_add"]  # the worst against its floor first
     red, pw = rows
     assert red.floor_us == 1000.0 and red.of_floor == 0.25 and red.share == 0.4
     assert pw.of_floor == 0.8 and pw.share == 0.5
-    assert [r.name for r in audit.flagged(rows)] == ["fused_red1_sum"]
+    assert [r.name for r in audit.flagged(rows)] == ["fused_red*_sum"]
     assert profile.generated_us() == 9000.0 and profile.total_us == 10000.0 and profile.launches == 4
+
+
+def test_the_kernels_of_one_block_in_every_layer_are_audited_together() -> None:
+    # two layers' rotary kernels whose sources differ (a constant of each layer): two functions,
+    # audited as one family, whose share of the step is flagged though each alone is under 2%
+    kernels = [_kernel(f"fused_pw{k}_index_mul_neg", f"x = {k}", 1_000_000, 1_000_000) for k in (12, 58)]
+    profile = StepProfile({"fused_pw12_index_mul_neg": (1, 15.0), "fused_pw58_index_mul_neg": (1, 15.0),
+                           "sm90_gemm": (1, 970.0)})
+    (row,) = audit.audit(profile, audit.kernel_floors(kernels), 1e12)  # 2 MB each: 2 us of floor each
+    assert row.name == "fused_pw*_index_mul_neg" and row.kernels == 2 and row.launches == 2
+    assert row.us == 30.0 and row.floor_us == 4.0 and row.share == 0.03
+    assert audit.flagged([row]) == [row]
 
 
 def test_the_report_gives_the_audit_and_the_loss_by_cause() -> None:

@@ -10,7 +10,8 @@ kernel at 0.1 takes ten times what its bytes need.
 One profiled step (``measure.profile_step``) gives each kernel's device time by name. The profiler
 shows one name for the kernels that share a function (the same block of each layer:
 ``runtime.kernel_identity``), so kernels are audited by that group: its launches' time against
-the sum of its members' floors.
+the sum of its members' floors, and kernels are reported by ``family``: the same block of every
+layer together, whether or not one function serves them.
 
 ``flagged`` lists the kernels that matter: under ``FLAG_OF_FLOOR`` of their floor and at least
 ``FLAG_SHARE`` of the step's GPU time. Inductor's step is profiled the same way, so a report
@@ -32,6 +33,7 @@ from fusebackend.kernels.runtime import kernel_identity
 FLAG_OF_FLOOR = 0.5  # a kernel under half its floor's speed...
 FLAG_SHARE = 0.02  # ...that takes at least 2% of the step's GPU time is listed
 _BYTES = re.compile(r"# reads (\d+) B, writes (\d+) B")
+_PLACE = re.compile(r"^(fused_[a-z]+)\d+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,16 +82,28 @@ def kernel_floors(kernels: Iterable[tuple[str, str]]) -> dict[str, KernelFloor]:
     return out
 
 
+def family(name: str) -> str:
+    """A kernel's name without its place in the graph: ``fused_pw112_rotary_etc`` and
+    ``fused_pw58_rotary_etc`` (the same block of two layers, not one function where their
+    sources differ, as by a constant of each layer) are ``fused_pw*_rotary_etc``."""
+    return _PLACE.sub(r"\1*", name)
+
+
 def audit(profile: StepProfile, floors: dict[str, KernelFloor], bandwidth: float) -> list[KernelAudit]:
-    """Every generated kernel of the step against its floor, the slowest against its floor first."""
+    """Every generated kernel of the step against its floor, by ``family`` (the kernels of one
+    block in every layer together), the slowest against its floor first."""
     total = profile.total_us or 1.0
-    rows = []
+    groups: dict[str, list[tuple[KernelFloor, int, float]]] = defaultdict(list)
     for name, (launches, us) in profile.kernels.items():
         floor = floors.get(name)
-        if floor is None or us <= 0:
-            continue
-        floor_us = floor.floor_bytes / bandwidth * 1e6
-        rows.append(KernelAudit(name, len(floor.names), launches, round(us, 2), round(floor_us, 2),
+        if floor is not None and us > 0:
+            groups[family(name)].append((floor, launches, us))
+    rows = []
+    for name, members in groups.items():
+        us = sum(m[2] for m in members)
+        floor_us = sum(m[0].floor_bytes for m in members) / bandwidth * 1e6
+        kernels = sum(len(m[0].names) for m in members)
+        rows.append(KernelAudit(name, kernels, sum(m[1] for m in members), round(us, 2), round(floor_us, 2),
                                 round(floor_us / us, 3), round(us / total, 4)))
     return sorted(rows, key=lambda r: r.of_floor)
 

@@ -7,7 +7,8 @@ interval for every integer (and bool) buffer a pointwise node or a reduction wri
 order, by interval arithmetic over its body:
 
 - constants; loop indices (``IndexValue``: the index expression's bounds over the node's ranges);
-- loads of buffers with a known interval (graph inputs and extern results have none);
+- loads of buffers with a known interval: the graph's integer constants (their values), and
+  the buffers proven before (graph inputs and extern results have none);
 - ``argmax``/``argmin``: [0, reduced elements - 1]; ``max``/``min``: their body's interval;
 - add, sub, mul, neg, abs, maximum, minimum, division and remainder by constants, integer casts
   that keep the interval in the target type, comparisons (bool);
@@ -40,7 +41,7 @@ _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 def prove_positions(graph: ir.IRGraph) -> ir.IRGraph:
     """The graph with the gathers whose positions are proven in range marked unchecked."""
-    known: dict[str, tuple[int, int]] = {}
+    known = _constant_intervals(graph)
     nodes: list[ir.Node] = []
     for node in graph.nodes:
         if isinstance(node, (ir.Pointwise, ir.Reduction)):
@@ -55,6 +56,17 @@ def prove_positions(graph: ir.IRGraph) -> ir.IRGraph:
                 known[node.name] = interval
         nodes.append(node)
     return dataclasses.replace(graph, nodes=nodes)
+
+
+def _constant_intervals(graph: ir.IRGraph) -> dict[str, tuple[int, int]]:
+    """The interval of each integer or bool tensor the graph holds as a constant: its values are
+    known when the graph is compiled (an index tensor written in the model's code, such as
+    Falcon's selection of its key and value heads, ``qkv[..., [-2]]``)."""
+    known = {}
+    for buf, value in graph.constants:
+        if value.numel() and not value.dtype.is_floating_point and not value.dtype.is_complex:
+            known[buf.name] = (int(value.min()), int(value.max()))
+    return known
 
 
 def _ranges(node: ir.Pointwise | ir.Reduction) -> dict[sympy.Symbol, int]:
