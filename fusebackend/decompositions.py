@@ -22,6 +22,8 @@ import torch
 import torch._inductor.inductor_prims  # noqa: F401  (registers the max pool offset prims)
 from torch._decomp import core_aten_decompositions, get_decompositions
 
+from fusebackend import foreach
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -67,6 +69,7 @@ def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table.update(get_decompositions(_EXTRA))
     table.update(RANDOM)
     table.update(POOLS)
+    table.update(foreach.decompositions())  # an optimizer's _foreach_* ops, tensor by tensor
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP | _WRONG}
 
 

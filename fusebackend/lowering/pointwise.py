@@ -14,6 +14,7 @@ from typing import Any
 
 import sympy
 import torch
+import torch._prims  # noqa: F401  (registers the prims, fma among them)
 
 from fusebackend import ir, sizevars
 from fusebackend.ir import Constant, Expr, cast, op
@@ -53,6 +54,14 @@ def add(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
 def sub(ctx: LoweringContext, self: Any, other: Any, alpha: Any = 1) -> Expr:
     a, b = _operands(ctx, self, other)
     return op("sub", a, _scaled(ctx, b, alpha))
+
+
+@register_elementwise(torch.ops.prims.fma.default)
+def fma(ctx: LoweringContext, a: Any, b: Any, c: Any) -> Expr:
+    # a * b + c (lerp's decomposition, in an optimizer's update); rounded twice, where the
+    # prim rounds once: a unit in the last place at most, in the compute dtype
+    dtype = _compute(ctx)
+    return op("add", op("mul", ctx.value(a, dtype), ctx.value(b, dtype)), ctx.value(c, dtype))
 
 
 @register_elementwise(aten.rsub.Tensor, aten.rsub.Scalar)
