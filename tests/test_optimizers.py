@@ -96,3 +96,22 @@ def test_a_foreach_overload_decomposes_to_what_aten_computes(op: Any, args: tupl
     for g, w in zip(compiled, want):
         torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
     assert not [k for k in fusebackend.metrics.fallbacks if k.startswith("_foreach")], dict(fusebackend.metrics.fallbacks)
+
+
+def test_a_step_over_more_tensors_than_decomposed_keeps_the_foreach_calls() -> None:
+    # past foreach.MAX_TENSORS the foreach ops stay whole ATen calls (the scheduler's time grows
+    # with the square of the nodes); the step is still right
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 2)) for _ in range(foreach.MAX_TENSORS + 1)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, q in zip(params, twins):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.clone()
+    opt, twin_opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True), torch.optim.SGD(twins, lr=0.1, momentum=0.9, foreach=True)
+    step = torch.compile(opt.step, backend="fuse")
+    for _ in range(2):
+        step()
+        twin_opt.step()
+    for got, want in zip(params, twins):
+        torch.testing.assert_close(got, want)
+    assert any(k.startswith("_foreach") for k in fusebackend.metrics.fallbacks), dict(fusebackend.metrics.fallbacks)
