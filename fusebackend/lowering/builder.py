@@ -48,7 +48,7 @@ def memory_order(dims: Sequence[int], sizes: Sequence[int], strides: dict[int, i
 
 
 # How far ``_read_strides`` looks: pointwise nodes through, loads of a body
-_READ_DEPTH = 4
+_READ_DEPTH = 8
 _READ_LOADS = 16
 
 
@@ -261,8 +261,10 @@ class IRBuilder:
 
     def _memory_reads(self, value: ir.Expr, ranges: dict[sympy.Symbol, int],
                       depth: int) -> list[tuple[ir.View, list[sympy.Expr]]]:
-        """The (view, index) of each load in ``value``, a pointwise node's loads in place of a
-        load of its buffer, ``depth`` levels down."""
+        """The (view, index) of each load in ``value`` from memory, a pointwise node's loads in
+        place of a load of its buffer, ``depth`` levels down (a chain longer than that adds
+        nothing: the layout a pointwise node was given is not what a kernel that computes it
+        in registers reads)."""
         producers = self._pointwise_producers()
         out = []
         for load in ir.loads(value)[:_READ_LOADS]:
@@ -270,8 +272,10 @@ class IRBuilder:
                 continue
             index = [sympy.sympify(i) for i in load.index]
             producer = producers.get(load.view.buffer.name)
-            if producer is None or depth == 0:
+            if producer is None:  # in memory: an input, a constant, an ATen result, a reduction's
                 out.append((load.view, index))
+                continue
+            if depth == 0:  # a pointwise node's layout says nothing of what the kernel will read
                 continue
             pindex = producer_index(producer, load.view, index, ranges)
             pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
