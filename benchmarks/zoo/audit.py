@@ -61,9 +61,7 @@ def copy_bandwidth(device: torch.device, mib: int = 1024) -> float:
     src = torch.randn(mib << 18, device=device)  # 4-byte elements
     dst = torch.empty_like(src)
     ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median")
-    moved = 2 * src.numel() * src.element_size()
-    del src, dst
-    return moved / (ms * 1e-3)
+    return 2 * src.numel() * src.element_size() / (ms * 1e-3)
 
 
 def kernel_floors(kernels: Iterable[tuple[str, str]]) -> dict[str, KernelFloor]:

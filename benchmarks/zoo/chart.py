@@ -14,23 +14,21 @@ that making a chart changes no global backend or state of the process that runs 
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Sequence
 
 from benchmarks.zoo.report import geomean, speed_text, speedups
-
-if TYPE_CHECKING:
-    from benchmarks.zoo.run import ZooRow
+from benchmarks.zoo.rows import ZooRow
 
 # (variant, label, colour): fuse first, on top of each pair
 SERIES = (("fuse", "fuse", "#1f77b4"), ("inductor", "Inductor", "#ff7f0e"))
 _BAR = 0.38  # each bar's height; a pair is two bars and a gap
 
 
-def _label(row: "ZooRow") -> str:
+def _label(row: ZooRow) -> str:
     return row.model if row.mode == "inference" else f"{row.model} (train)"
 
 
-def render(rows: Sequence["ZooRow"], env: dict[str, Any], path: str) -> str | None:
+def render(rows: Sequence[ZooRow], env: dict[str, Any], path: str) -> str | None:
     """Write the chart of ``rows`` to ``path`` (PNG); None, and no file, when nothing was timed."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator

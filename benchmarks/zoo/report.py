@@ -20,20 +20,18 @@ import math
 import os
 import platform
 import sys
-from typing import Any, Callable, Iterable, Sequence, TYPE_CHECKING
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 import fusebackend
 from benchmarks.zoo.measure import host_method
-
-if TYPE_CHECKING:
-    from benchmarks.zoo.run import RunOptions, VariantStats, ZooRow
+from benchmarks.zoo.rows import RunOptions, VariantStats, ZooRow
 
 MODES = ("inference", "train")
 
 
-def environment(options: "RunOptions", modes: Sequence[str]) -> dict[str, Any]:
+def environment(options: RunOptions, modes: Sequence[str]) -> dict[str, Any]:
     import triton
 
     try:
@@ -69,7 +67,7 @@ def stem(size: str, modes: Sequence[str]) -> str:
     return "zoo" + ("_tiny" if size == "tiny" else "") + only
 
 
-def _ms(v: "VariantStats | None") -> str:
+def _ms(v: VariantStats | None) -> str:
     if v is None:
         return "-"
     if v.status == "error":
@@ -85,7 +83,7 @@ def speed_text(x: float) -> str:
     return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
 
 
-def _err(v: "VariantStats | None") -> str:
+def _err(v: VariantStats | None) -> str:
     if v is None:
         return "-"
     if v.error is None:
@@ -93,7 +91,7 @@ def _err(v: "VariantStats | None") -> str:
     return f"{v.error:.2e}"
 
 
-def _fallbacks(v: "VariantStats | None", limit: int = 6) -> str:
+def _fallbacks(v: VariantStats | None, limit: int = 6) -> str:
     if v is None or not v.fallbacks:
         return "-"
     items = list(v.fallbacks.items())
@@ -101,7 +99,7 @@ def _fallbacks(v: "VariantStats | None", limit: int = 6) -> str:
     return text + (f", +{len(items) - limit} more" if len(items) > limit else "")
 
 
-def _each(row: "ZooRow", value: Callable[["VariantStats"], float | int | None], fmt: str,
+def _each(row: ZooRow, value: Callable[[VariantStats], float | int | None], fmt: str,
           variants: Sequence[str] = ("eager", "inductor", "fuse")) -> str:
     """One number per variant, ``a / b / c`` in the order of ``variants``; ``-`` where it is not
     measured, and ``-`` alone when none is."""
@@ -119,7 +117,7 @@ HEADER = ["model", "mode", "batch", "eager ms", "inductor ms", "fuse ms", "host 
 _ALWAYS = 3  # model, mode and batch are shown even where empty
 
 
-def cells(row: "ZooRow") -> list[str]:
+def cells(row: ZooRow) -> list[str]:
     if row.status != "ok":
         return [row.model, row.mode, row.shapes or "-", row.status, row.message[:120]] + [""] * (len(HEADER) - 5)
     f = row.fuse
@@ -138,7 +136,7 @@ def cells(row: "ZooRow") -> list[str]:
     ]
 
 
-def _grid(rows: Sequence["ZooRow"]) -> tuple[list[str], list[list[str]]]:
+def _grid(rows: Sequence[ZooRow]) -> tuple[list[str], list[list[str]]]:
     """The header and the rows' cells, less the columns with nothing in any row."""
     body = [cells(r) for r in rows]
     keep = [i for i in range(len(HEADER))
@@ -146,13 +144,13 @@ def _grid(rows: Sequence["ZooRow"]) -> tuple[list[str], list[list[str]]]:
     return [HEADER[i] for i in keep], [[line[i] for i in keep] for line in body]
 
 
-def messages(rows: Sequence["ZooRow"]) -> list[str]:
+def messages(rows: Sequence[ZooRow]) -> list[str]:
     notes = [f"{r.model} ({r.mode}): {r.message}" for r in rows if r.status == "ok" and r.message]
     notes += [f"{r.model} ({r.mode}) {v.variant}: {v.message}" for r in rows for v in r.variants if v.message]
     return notes
 
 
-def table(rows: Sequence["ZooRow"]) -> str:
+def table(rows: Sequence[ZooRow]) -> str:
     """The rows as plain text, columns padded, then the messages."""
     header, body = _grid(rows)
     lines = [header] + body
@@ -165,7 +163,7 @@ def table(rows: Sequence["ZooRow"]) -> str:
     return "\n".join(text)
 
 
-def print_table(rows: Sequence["ZooRow"], title: str = "") -> None:
+def print_table(rows: Sequence[ZooRow], title: str = "") -> None:
     """The rows as a rich table on stdout (plain text where rich does not import), then the
     messages. Off a terminal rich would wrap the table to 80 columns: it gets 240."""
     try:
@@ -189,7 +187,7 @@ def print_table(rows: Sequence["ZooRow"], title: str = "") -> None:
         console.print(Text("messages:\n" + "\n".join(f"  {n[:400]}" for n in notes)))
 
 
-def progress(row: "ZooRow") -> str:
+def progress(row: ZooRow) -> str:
     """One line for a model as soon as it has run."""
     head = f"{row.model} ({row.mode})"
     if row.status != "ok":
@@ -217,7 +215,7 @@ def geomean(values: Iterable[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def speedups(rows: Sequence["ZooRow"], variant: str) -> list[float]:
+def speedups(rows: Sequence[ZooRow], variant: str) -> list[float]:
     """``variant``'s speedups over eager, in the rows where it was timed."""
     out = []
     for r in rows:
@@ -227,7 +225,7 @@ def speedups(rows: Sequence["ZooRow"], variant: str) -> list[float]:
     return out
 
 
-def compiled_variants(rows: Sequence["ZooRow"]) -> list[str]:
+def compiled_variants(rows: Sequence[ZooRow]) -> list[str]:
     """The compiled variants in ``rows``: fuse, Inductor, then those with a mode (``fuse@...``)."""
     names = dict.fromkeys(v.variant for r in rows for v in r.variants if v.variant != "eager")
     return [n for n in ("fuse", "inductor") if n in names] + [n for n in names if "@" in n]
@@ -237,7 +235,7 @@ def _label(variant: str) -> str:
     return variant.replace("inductor", "Inductor", 1)
 
 
-def summary(rows: Sequence["ZooRow"]) -> str:
+def summary(rows: Sequence[ZooRow]) -> str:
     """Geometric-mean speedups of each compiled variant over eager (each mode, then all rows), and
     the rows where fuse is slower than Inductor in the same torch.compile mode."""
     lines = []
@@ -270,7 +268,7 @@ def summary(rows: Sequence["ZooRow"]) -> str:
     return "\n".join(lines)
 
 
-def _peak_lines(rows: Sequence["ZooRow"]) -> list[str]:
+def _peak_lines(rows: Sequence[ZooRow]) -> list[str]:
     """The rows where fuse's peak memory is above Inductor's, and the training steps where it is
     above eager's (the goals of issue 14), where peaks were measured."""
     above_inductor, above_eager = [], []
@@ -292,7 +290,7 @@ def _peak_lines(rows: Sequence["ZooRow"]) -> list[str]:
     return lines
 
 
-def mode_lines(rows: Sequence["ZooRow"]) -> list[str]:
+def mode_lines(rows: Sequence[ZooRow]) -> list[str]:
     """One line per row and variant with a torch.compile mode: its time, speedup, peak memory,
     error, and the graphs it did not record as CUDA graphs."""
     out = []
@@ -312,7 +310,7 @@ def mode_lines(rows: Sequence["ZooRow"]) -> list[str]:
     return out
 
 
-def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
+def compile_stage_lines(rows: Sequence[ZooRow]) -> list[str]:
     """One line per row and compiled variant of its first call split by stage
     (``VariantStats.compile_stages``)."""
     out = []
@@ -328,7 +326,7 @@ def compile_stage_lines(rows: Sequence["ZooRow"]) -> list[str]:
     return out
 
 
-def audit_lines(rows: Sequence["ZooRow"]) -> list[str]:
+def audit_lines(rows: Sequence[ZooRow]) -> list[str]:
     """The kernel audit (``audit.py``), one line per row where it was measured: fuse's generated
     kernels' time against their floors and the library's time, beside Inductor's, and each
     kernel under half its floor that takes 2% of the step or more."""
@@ -351,7 +349,7 @@ def audit_lines(rows: Sequence["ZooRow"]) -> list[str]:
     return out
 
 
-def loss_causes(row: "ZooRow") -> str | None:
+def loss_causes(row: ZooRow) -> str | None:
     """Where fuse's step loses to Inductor's, by cause: the GPU (generated kernels, library
     kernels), the host (a step longer than its GPU time), memory (a higher peak), graphs run
     eagerly. None where fuse is not slower or the figures are missing."""
@@ -375,7 +373,7 @@ def loss_causes(row: "ZooRow") -> str | None:
     return f"{row.model} ({row.mode}): " + "; ".join(parts)
 
 
-def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
+def markdown(rows: Sequence[ZooRow], env: dict[str, Any]) -> str:
     modes = ", ".join(env.get("modes") or sorted({r.mode for r in rows}))
     lines = [f"# Zoo: {modes}, {env['size']} size, {env['dtype']}", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
@@ -422,7 +420,7 @@ def markdown(rows: Sequence["ZooRow"], env: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_json(rows: Sequence["ZooRow"], env: dict[str, Any]) -> dict[str, Any]:
+def to_json(rows: Sequence[ZooRow], env: dict[str, Any]) -> dict[str, Any]:
     out = []
     for r in rows:
         item = dataclasses.asdict(r)
@@ -431,7 +429,7 @@ def to_json(rows: Sequence["ZooRow"], env: dict[str, Any]) -> dict[str, Any]:
     return {"environment": env, "rows": out}
 
 
-def write(rows: Sequence["ZooRow"], env: dict[str, Any], folder: str, name: str) -> list[str]:
+def write(rows: Sequence[ZooRow], env: dict[str, Any], folder: str, name: str) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     json_path = os.path.join(folder, name + ".json")
     md_path = os.path.join(folder, name + ".md")
@@ -449,9 +447,7 @@ def _known(cls: type, item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k in names}
 
 
-def from_json(data: dict[str, Any]) -> tuple[list["ZooRow"], dict[str, Any]]:
-    from benchmarks.zoo.run import VariantStats, ZooRow
-
+def from_json(data: dict[str, Any]) -> tuple[list[ZooRow], dict[str, Any]]:
     rows = []
     for item in data.get("rows", []):
         fields = _known(ZooRow, item)
@@ -477,10 +473,10 @@ def _merge_environments(envs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list["ZooRow"], dict[str, Any]]:
+def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list[ZooRow], dict[str, Any]]:
     """Rows and environment from saved JSON files, in order. A model and mode in several files
     keeps the last file's row (a rerun replaces the first), said through ``log``."""
-    rows: dict[tuple[str, str], "ZooRow"] = {}
+    rows: dict[tuple[str, str], ZooRow] = {}
     where: dict[tuple[str, str], str] = {}
     envs = []
     for path in paths:
