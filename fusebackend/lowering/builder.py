@@ -59,8 +59,8 @@ def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     two a streaming multiprocessor on an H100) of at least 64K elements. Unsplit, 64 rows of 1M
     elements (a GroupNorm of 32 groups over 2x128x512x512) ran 64 programs on 132 SMs, each
     looping over its row for the mean, the variance and the normalized output: 0.35 ms, 25% of
-    its floor, against Inductor's 0.22 (H100, bf16, 2026-11-26). A column reduction runs a program per 64 columns: it splits when that
-    gives under 1024 programs and the columns are at least 2048 long. Chunks are a power of two
+    its floor, against Inductor's 0.22 (H100, bf16, 2026-11-26). A column reduction runs a
+    program per 64 columns: it splits when that gives under 1024 programs and the columns are at least 2048 long. Chunks are a power of two
     where one divides the length. Depends only on shapes, so CPU tests run the kernels a GPU runs.
     """
     if column:
@@ -206,8 +206,9 @@ class IRBuilder:
 
         With ``in_memory_order`` (a reduction whose result does not depend on the order it
         visits its elements: not argmax and argmin, which return a position), the reduced dims
-        run in ``src``'s memory order (``memory_order``), so that consecutive positions of a row
-        are neighbours in memory wherever the reduced dims are dense together."""
+        run in the order of the memory the reduction reads (``_read_strides``, else ``src``'s
+        layout; ``memory_order``), so that consecutive positions of a row are neighbours in
+        memory wherever the reduced dims are dense together."""
         sizes = tuple(src.sizes)
         dims = sorted({d % len(sizes) for d in dims}) if sizes else []
         kept = [d for d in range(len(sizes)) if d not in dims]
