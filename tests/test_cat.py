@@ -105,6 +105,30 @@ def test_rotary_embedding_is_one_kernel(dtype: torch.dtype) -> None:
     assert "must be in memory" not in fusebackend.last_compiled().schedule
 
 
+@pytest.mark.parametrize("shape", [(3, 7, 64), (1, 16, 64), (2, 5, 10)], ids=str)
+def test_a_computed_part_is_addressed_within_its_part(shape: tuple[int, ...]) -> None:
+    # rotate-half of a key computed in the kernel: under the part's condition the position
+    # along the last dim stays in the part, so x[..., d + half] is read at flat + half, with no
+    # modulo and no carry into the dims outside (what a GPU pays per element, in every layer)
+    half = shape[-1] // 2
+
+    def rotary(a: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        k = a * 2.0 + 1.0
+        return k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+
+    a = torch.randn(*shape[:-1], shape[-1] + 3)[..., 3:]  # not contiguous
+    cos, sin = torch.randn(shape[-2:]), torch.randn(shape[-2:])
+    check_lowered(rotary, a, cos, sin)
+    assert kernel_count() == 1
+    (source,) = kernels().values()
+    loads = [line for line in _masked_loads(source) if "tmp" in line.split("), ")[-1]]  # under a part
+    assert len(loads) == 2
+    for line in loads:
+        offset = line.split("tl.load(in_ptr0 + (", 1)[1].rsplit("), ", 1)[0]
+        assert f"% {shape[-1]}) + {half}) //" not in offset and f"% {shape[-1]}) - {half}) //" not in offset, line
+        assert offset.count("//") <= 1 and offset.count("%") <= 1, line
+
+
 def test_computed_parts_along_a_reduced_dim() -> None:
     # the parts' ranges run along the reduction: a per-row part (broadcast along the row) is
     # read under a mask that varies along it

@@ -111,6 +111,9 @@ class KernelBody:
         # inlined): every memory load under it is masked by it, and its indices may fall outside
         # the buffer where it is false
         self.guard: str | None = None
+        # what the guard proves about the index: (an index expression, a stand-in symbol, its
+        # least value, its extent) for each concatenation part being rendered (``_narrowing``)
+        self.narrowed: tuple[tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size], ...] = ()
         # index -> (block size, symbol of the block's start): see align_blocks
         self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
         self.lanes: tuple[sympy.Symbol, int] | None = None  # see align_blocks
@@ -157,8 +160,43 @@ class KernelBody:
         return self.dims.get(value, frozenset())
 
     # ---------------------------------------------------------------------------- indices
+    def simplify(self, expr: sympy.Expr) -> sympy.Expr:
+        """``expr`` simplified over the kernel's ranges and what the guard proves (``narrowed``).
+
+        Under a concatenation part's guard its position along the concatenated dim lies in the
+        part: a rotary embedding's rotate-half part reading ``x[..., d + 32]`` for ``d < 32``
+        addresses ``d + 32``, not ``(d + 32) % 64`` with a carry into the dim outside it, which
+        the kernel's ranges alone allow. Each narrowed expression stands in as ``start + p``
+        with ``p`` in [0, extent) while simplifying, then is put back.
+        """
+        if not self.narrowed:
+            return indexing.simplify(expr, self.ranges)
+        forward, back, ranges = self._narrowing()
+        narrowed = indexing.simplify(sympy.sympify(expr).xreplace(forward), ranges).xreplace(back)
+        return indexing.simplify(narrowed, self.ranges)  # a div/mod pair put back may fold
+
+    def _narrowing(self) -> tuple[dict, dict, dict]:
+        forward = {e: start + p for e, p, start, _ in self.narrowed}
+        back = {p: e - start for e, p, start, _ in self.narrowed}
+        return forward, back, {**self.ranges, **{p: extent for _, p, _, extent in self.narrowed}}
+
+    def _part_narrowing(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]
+                        ) -> tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size] | None:
+        """What a concatenation part's ``valid`` proves: its position ``e - start`` lies in
+        [0, the part's size), so ``e`` lies in [start, start + size). None where the position is
+        not one index expression plus a constant, or that expression is a sum (not one subtree
+        that substitution can find)."""
+        position = ir.affine_index(expr.position)
+        if position is None:
+            return None
+        shift, e = sympy.sympify(position).xreplace(subst).as_coeff_Add()
+        if not shift.is_Integer or not (e.is_Symbol or isinstance(e, (indexing.FloorDiv, indexing.ModIdx))):
+            return None
+        p = indexing.var(f"part{len(self.narrowed)}")
+        return e, p, -int(shift), expr.view.sizes[expr.dim]
+
     def index(self, expr: sympy.Expr) -> sympy.Expr:
-        expr = indexing.simplify(expr, self.ranges)
+        expr = self.simplify(expr)
         lo, hi = indexing.bounds(expr, self.ranges)
         if not indexing.known_nonneg(lo) and self.guard is None:
             raise ValueError(f"negative index {expr}")
@@ -408,18 +446,21 @@ class KernelBody:
         assert idx is not None, "gathers read from memory"
         producer = self.producers[expr.view.buffer.name]
         here = [sympy.sympify(i).xreplace(subst) for i in idx]
-        value = self._as_stored(producer, self._inlined(producer, expr.view, here))
         if expr.valid is None:
-            return self.value(value, {})
+            return self.value(self._as_stored(producer, self._inlined(producer, expr.view, here)), {})
         valid = self.value(expr.valid, subst)
-        outer = self.guard
+        outer, outer_narrowed = self.guard, self.narrowed
         self.guard = valid
         if outer is not None:  # a part of a part (nested concatenations)
             self.guard = self._emit(f"{outer} & {valid}", self.dims_of(outer) | self.dims_of(valid))
+        narrowing = self._part_narrowing(expr, subst)
+        if narrowing is not None:
+            self.narrowed = outer_narrowed + (narrowing,)
         try:
+            value = self._as_stored(producer, self._inlined(producer, expr.view, here))
             inner = self.value(value, {})
         finally:
-            self.guard = outer
+            self.guard, self.narrowed = outer, outer_narrowed
         dtype = producer.buffer.dtype
         return self.value(ir.Op("where", (ir.Rendered(valid, torch.bool), ir.Rendered(inner, dtype),
                                           ir.Constant(ir._convert_scalar(0, dtype), dtype)), dtype), {})
@@ -485,10 +526,15 @@ class KernelBody:
             return self.row_values[producer.name]
         # A producer is loaded at the same element again by each consumer that reads it there
         # (and by each of a window's consumers that overlap): its body is substituted once.
-        key = (producer.name, view, tuple(idx), tuple(self.ranges.items()))
+        key = (producer.name, view, tuple(idx), tuple(self.ranges.items()), self.narrowed)
         body = self._inlined_bodies.get(key)
         if body is None:
-            pidx = producer_index(producer, view, [indexing.simplify(i, self.ranges) for i in idx], self.ranges)
+            if self.narrowed:
+                forward, back, ranges = self._narrowing()
+                pidx = producer_index(producer, view, [self.simplify(i).xreplace(forward) for i in idx], ranges)
+                pidx = [indexing.simplify(i.xreplace(back), self.ranges) for i in pidx]
+            else:
+                pidx = producer_index(producer, view, [indexing.simplify(i, self.ranges) for i in idx], self.ranges)
             pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
             body = self._inlined_bodies[key] = ir.substitute_index(producer.body, dict(zip(pvars, pidx)))
         return body
