@@ -74,6 +74,26 @@ def test_non_contiguous_input_and_two_outputs() -> None:
     assert "tiled:" in source and source.count("tl.store(") == 2
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_outputs_in_different_dim_orders_are_not_fused(dtype: torch.dtype) -> None:
+    # an attention's query kept as it is beside its key transposed ([b, s, d] and [b, d, s]):
+    # one flat index cannot read both along their rows, and no tile serves both (their dims
+    # differ), so the transposed copy is a kernel of its own, tiled, and the fusion is refused
+    # with the reason (a shared read is all it would save)
+    x = torch.randn(8, 128, 257)[..., 1:].to(dtype)  # 1 MiB or more stored in all, not contiguous
+    check(lambda x: (x * 2.0, (x + 1.0).transpose(1, 2).contiguous()), x)
+    assert kernel_count() == 2
+    assert sum("tiled:" in source for source in kernels().values()) == 1
+    assert "outputs laid out in different dim orders" in fusebackend.last_compiled().schedule
+
+
+def test_outputs_of_small_kernels_in_different_dim_orders_fuse() -> None:
+    # under a mebibyte in all a kernel is bound by its launch: one kernel
+    x = torch.randn(4, 16, 24)
+    check(lambda x: (x * 2.0, (x + 1.0).transpose(1, 2).contiguous()), x)
+    assert kernel_count() == 1
+
+
 def test_ragged_extents_stay_flat() -> None:
     # 50 and 6 have no power-of-two factor of 8 or more: no exact tiles, the flat kernel stays
     check(lambda x: x.t().contiguous(), torch.randn(6, 50))

@@ -428,6 +428,8 @@ class KernelBody:
             moved = sum((a.xreplace(subst) * view.strides[d] for a, (d, _) in zip(affine, expr.positions)),
                         sympy.Integer(0))
             self.load_offsets.append((view.buffer, offset + moved))
+        else:  # a gather: how its address moves with the lanes apart from the positions read
+            self.load_offsets.append((view.buffer, offset))  # (a transposed read asks for tiles)
         address = f"{self.pointer(view.buffer)} + ({indexing.pexpr(offset)}){terms}"
         spread = self.index_dims(offset).union(*(self.dims_of(pos) for _, pos in rendered))
         for d in sorted(dims - spread):  # a block mask needs a block of pointers (one address, repeated)

@@ -17,9 +17,10 @@ import bisect
 import dataclasses
 import heapq
 import itertools
+import math
 from typing import Iterable
 
-from fusebackend import ir
+from fusebackend import indexing, ir
 from fusebackend.config import config
 from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.space import SpaceError, plan_space
@@ -196,10 +197,53 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     recompute = window_recompute(nodes, model.positions_read)
     if recompute is not None:
         return recompute
+    stored = model.stored(names)
+    orders = _stored_orders(nodes, stored)
+    if orders is not None:
+        return orders
     try:
-        plan_space(nodes, {buf.name for buf in model.stored(names)})
+        plan_space(nodes, {buf.name for buf in stored})
     except SpaceError as exc:
         return str(exc)
+    return None
+
+
+def _memory_dims(buf: ir.Buffer) -> tuple[int, ...] | None:
+    """A dense buffer's dims of more than one element in memory order (fastest last), at the
+    sizes being compiled; None where it is not dense."""
+    sizes, strides = [size_hint(n) for n in buf.sizes], [size_hint(n) for n in buf.strides]
+    if not indexing.is_dense(sizes, strides):
+        return None
+    return tuple(sizes[d] for d in indexing.dense_order(sizes, strides) if sizes[d] > 1)
+
+
+def _stored_orders(nodes: list[ir.Node], stored: list[ir.Buffer]) -> str | None:
+    """Why a pointwise kernel may not store these buffers together: two of them lay out their
+    elements in different dim orders (a tensor and a transposed copy of another, such as an
+    attention's query [b, h, s, d] beside its key expanded as [b, h, d, s]).
+
+    A pointwise kernel stores each output along its own memory order from one flat index, so
+    what one output reads along its rows the other reads across them: one element per 32-byte
+    sector. Apart, the transposing kernel is tiled (``codegen/pointwise.tile``) and both read
+    along their rows; together no tile serves both. Such a fusion saves at most a shared read
+    (Falcon-7B, b4 s512, bf16, H100, 2026-11-27: the query's rotary embedding, the key's rotary
+    embedding expanded over 71 heads and transposed for a batched product, and the value's
+    expansion made one kernel of 175 us a layer, at 25% of its bytes' floor). Small kernels,
+    bound by their launch, may mix orders."""
+    if any(not isinstance(n, ir.Pointwise) for n in nodes):
+        return None
+    if sum(size_hint(b.numel) * b.dtype.itemsize for b in stored) < SMALL_KERNEL_BYTES:
+        return None
+    seen: dict[int, dict[tuple[int, ...], str]] = {}  # by element count (others never share a kernel)
+    for buf in stored:
+        dims = _memory_dims(buf)
+        if dims is not None:
+            seen.setdefault(math.prod(dims), {}).setdefault(dims, buf.name)
+    for orders in seen.values():
+        if len(orders) > 1:
+            (a, first), (b, second) = list(orders.items())[:2]
+            return (f"outputs laid out in different dim orders ({first} {list(a)}, {second} {list(b)}): "
+                    "one flat index would read one of them across its rows")
     return None
 
 
