@@ -23,7 +23,7 @@ partial sums (deterministic) 74-77 / 83-87; Inductor 70-71 / 79-80. Wider column
 slower or at best level. This file itself has so far run only with ``--check``, on a CPU.
 
 ``--sweep`` times phase 1 alone under 72 tile shapes (a scratch version of it ran once, same
-machine, fourth session of 2026-11-23): 64 columns by 32 rows in 8 chunks reached 77.4 / 88.4,
+machine, 2026-11-23): 64 columns by 32 rows in 8 chunks reached 77.4 / 88.4,
 2048 columns by 1 row in 128 chunks 77.1 / 91.7 (contiguous 4 KiB rows, like the read-only
 kernel's 79.4 / 92.2); with a second phase over their partial sums, every shape tried landed at
 80.9-81.6 clean, and one kernel adding its 8 chunks' sums at the end (64 x 32) at 85.7.

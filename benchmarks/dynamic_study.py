@@ -1,4 +1,4 @@
-"""Dynamic shapes (issue 15): a zoo language model over several sequence lengths, compiled once
+"""Dynamic shapes: a zoo language model over several sequence lengths, compiled once
 per length or once for all, by fuse and by Inductor.
 
 Variants, each in a process of its own with empty cache folders (so every compile is cold):

@@ -1,4 +1,4 @@
-"""Zoo models compiled with ``dynamic=True`` and called at three sizes (issue 15): the sizes of
+"""Zoo models compiled with ``dynamic=True`` and called at three sizes: the sizes of
 their sequences (language models) or batches (the others), with fuse's default
 ``FUSE_SYMBOLIC=auto``.
 

@@ -1,8 +1,8 @@
-"""Memory-bound cases (issues 2 and 3): pointwise chains, normalizations, softmax, reductions.
+"""Memory-bound cases: pointwise chains, normalizations, softmax, reductions.
 
 Each case's time is measured against its bandwidth floor: the bytes it must move (each input read
 once, each output written once, computed from the tensors by ``harness.io_bytes``) over the copy
-bandwidth measured in the same run. The shapes are the GPU ones from the issues; ``--small``
+bandwidth measured in the same run. The default shapes are full-size, for a GPU; ``--small``
 swaps in tiny shapes so the suite runs on a CPU through Triton's interpreter.
 
     python -m benchmarks.memory_bound [--small] [--cases name,name] [--out DIR]
@@ -111,19 +111,19 @@ def cases(device: torch.device, small: bool) -> list[Case]:
     m = f"bf16 {rows}x{cols}"
     return [
         # floor: read x, w, b; write out
-        function_case("gelu_affine", f"issue 2: gelu(x * w + b), {m}, w and b vectors", gelu_affine,
+        function_case("gelu_affine", f"gelu(x * w + b), {m}, w and b vectors", gelu_affine,
                       matrix_and_vectors(2), io_bytes),
         # floor: read x, r, weight, bias; write out
-        function_case("add_layer_norm", f"issue 3: layer_norm(x + r) over the last dim with weight and bias, {m}",
+        function_case("add_layer_norm", f"layer_norm(x + r) over the last dim with weight and bias, {m}",
                       add_layer_norm, lambda: (randn(rows, cols), randn(rows, cols), randn(cols), randn(cols)), io_bytes),
         # floor: read x, w; write out (bf16)
-        function_case("rms_norm_fp32", f"issue 3: RMS norm, fp32 math, cast back, {m}", rms_norm_fp32,
+        function_case("rms_norm_fp32", f"RMS norm, fp32 math, cast back, {m}", rms_norm_fp32,
                       matrix_and_vectors(1), io_bytes),
         # floor: read x; write out (bf16)
-        function_case("softmax_fp32", f"issue 3: softmax over the last dim in fp32, {m} in and out", softmax_fp32,
+        function_case("softmax_fp32", f"softmax over the last dim in fp32, {m} in and out", softmax_fp32,
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read x; write the row of sums
-        function_case("sum_dim0", f"issue 3: sum over dim 0, {m} -> {cols}", sum_dim0,
+        function_case("sum_dim0", f"sum over dim 0, {m} -> {cols}", sum_dim0,
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read x; write the column of sums. Row sums read the same bytes as sum_dim0 with
         # each program streaming whole rows: a reference for what a read-only pass reaches
@@ -134,15 +134,15 @@ def cases(device: torch.device, small: bool) -> list[Case]:
         function_case("transpose_copy", f"reference: x.t().contiguous(), {m}", transpose_copy,
                       lambda: (randn(rows, cols),), io_bytes),
         # floor: read a, b; write out (fp32)
-        function_case("silu_mul_add", f"issue 3: silu(a) * b + 1, fp32, {s.flat} elements", silu_mul_add,
+        function_case("silu_mul_add", f"silu(a) * b + 1, fp32, {s.flat} elements", silu_mul_add,
                       lambda: (randn(s.flat, dtype=torch.float32), randn(s.flat, dtype=torch.float32)), io_bytes),
         # floor: read s, mask (broadcast over heads, read once); write out
         function_case("scaled_masked_softmax",
-                      f"issue 3: softmax(s * 0.125 + mask), bf16 {'x'.join(map(str, s.attn))}, causal+random mask "
+                      f"softmax(s * 0.125 + mask), bf16 {'x'.join(map(str, s.attn))}, causal+random mask "
                       f"broadcast over heads", scaled_masked_softmax, attention_inputs, io_bytes),
         # floor: read x and the four channel vectors; write out
         function_case("batch_norm_relu",
-                      f"issue 3: batch_norm (eval, running stats) + relu, bf16 channels-last {'x'.join(map(str, s.nchw))}",
+                      f"batch_norm (eval, running stats) + relu, bf16 channels-last {'x'.join(map(str, s.nchw))}",
                       batch_norm_relu, batch_norm_inputs, io_bytes),
     ]
 

@@ -67,7 +67,7 @@ class Config:
     specialization_warning: int = dataclasses.field(
         default_factory=lambda: _env_int("FUSE_SPECIALIZATION_WARNING", 8)
     )
-    # FUSE_SYMBOLIC: how a graph whose sizes Dynamo made symbolic is compiled (issue 15:
+    # FUSE_SYMBOLIC: how a graph whose sizes Dynamo made symbolic is compiled (see
     # ``symbolic.py``, ``sizevars.py``). "auto" (the default): once for all of its sizes, where
     # fuse can and where its kernels are those a compile for the first call's sizes would make
     # (not where that compile would split a reduction, or lower into kernels an op that the

@@ -18,7 +18,7 @@ variable ranges make redundant (a FloorDiv of something smaller than its divisor
 prints as the plain flat index. ``bounds`` gives an interval for any index; codegen uses it to
 prove that int32 arithmetic is safe.
 
-Symbolic sizes (issue 15, not yet produced by lowering): a loop variable's range and a divisor
+Symbolic sizes (not yet produced by lowering): a loop variable's range and a divisor
 may be expressions in Dynamo's size symbols (``positive=True``, at least ``SIZE_FLOOR``). The
 same rules hold where they are proven for every value of the symbols (``known_nonneg``,
 ``known_le``, in ``indexing_symbolic``), and ``bounds`` returns expressions; anything unproven is

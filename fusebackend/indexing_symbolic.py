@@ -1,4 +1,4 @@
-"""Proofs about Dynamo's size symbols for the index algebra (``indexing.py``, issue 15).
+"""Proofs about Dynamo's size symbols for the index algebra (``indexing.py``).
 
 A graph with symbolic sizes (``symbolic.py``) has sizes, strides and divisors that are sympy
 expressions in Dynamo's symbols: ``positive=True``, at least ``SIZE_FLOOR`` (Dynamo compiles

@@ -372,7 +372,7 @@ class IRGraph:
     # ``device="cpu"`` in a CUDA graph, as an index made by ``torch.arange`` can be): the wrapper
     # moves one to the graph's device before a kernel reads it
     foreign: frozenset[str] = frozenset()
-    # symbolic sizes (issue 15): Dynamo's shape environment, whose ranges prove facts about them
+    # symbolic sizes: Dynamo's shape environment, whose ranges prove facts about them
     shape_env: Any = None
 
     def producers(self) -> dict[str, Node]:

@@ -30,7 +30,7 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     (a graph from AOTAutograd's cache, ``aot_cache.py``): the graph is then only made where it
     is lowered or checked, not for a hit. ``autotune``: kernels carry other launch configurations
     and keep the fastest at their first call (``mode="max-autotune"``, ``kernels/autotune.py``).
-    ``symbolic_sizes``: for every value of the graph's symbolic sizes, ``args`` giving one (issue 15);
+    ``symbolic_sizes``: for every value of the graph's symbolic sizes, ``args`` giving one;
     raises ``sizevars.NotSymbolic`` where it cannot be (``lowering/symbolic_sizes.py``)."""
     if symbolic_sizes and autotune:
         raise sizevars.NotSymbolic("max-autotune times each kernel's launch configurations at one size")

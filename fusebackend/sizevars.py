@@ -1,4 +1,4 @@
-"""Sizes as sympy expressions in Dynamo's symbols: what symbolic compilation (issue 15) reads them as.
+"""Sizes as sympy expressions in Dynamo's symbols: what symbolic compilation reads them as.
 
 A graph with symbolic sizes (``symbolic.py``) holds ``SymInt`` sizes, strides and int inputs
 whose expressions are in Dynamo's symbols (``s77``: integer, positive) and torch's own sympy

@@ -270,7 +270,7 @@ def summary(rows: Sequence[ZooRow]) -> str:
 
 def _peak_lines(rows: Sequence[ZooRow]) -> list[str]:
     """The rows where fuse's peak memory is above Inductor's, and the training steps where it is
-    above eager's (the goals of issue 14), where peaks were measured."""
+    above eager's (the peak-memory goals), where peaks were measured."""
     above_inductor, above_eager = [], []
     for r in rows:
         f, i, e = r.fuse, r.inductor, r.eager

@@ -170,8 +170,8 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
 
 
 # Timing rounds on a GPU: every variant is timed once per round, in turn, so that a host whose
-# speed drifts over a minute (the H200 hosts' does: benchmarks/RESULTS.md, ninth to twelfth
-# sessions) slows every variant alike; each variant's figures are the medians over the rounds.
+# speed drifts over a minute (the H200 hosts' does: benchmarks/RESULTS.md,
+# 2026-11-24) slows every variant alike; each variant's figures are the medians over the rounds.
 GPU_ROUNDS = 3
 
 

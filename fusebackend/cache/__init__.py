@@ -97,7 +97,7 @@ def graph_key(gm: torch.fx.GraphModule | str, args: Sequence[Any], user_outputs:
               autotune: bool = False, symbolic_sizes: bool = False) -> str:
     """The cache key of compiling ``gm`` for ``args`` (with autotuning candidates: ``autotune``):
     a hex SHA-256. ``gm`` may be given by its ``module_digest``. ``symbolic_sizes``: the compile
-    for every size (issue 15), keyed by the graph's traced sizes (in its digest) and the inputs'
+    for every size, keyed by the graph's traced sizes (in its digest) and the inputs'
     dtypes and devices, not by ``args``' sizes: a process that meets other sizes loads it."""
     h = hashlib.sha256()
     add = _adder(h)

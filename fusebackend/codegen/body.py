@@ -91,7 +91,7 @@ class KernelBody:
         self.producers = {n.name: n for n in plan.nodes}
         self.row_values: dict[str, ir.Expr] = {}  # reduction name -> its value (current row)
         self.max_offset = 0
-        # symbolic sizes (issue 15): the size symbols the kernel's indices use (its parameters
+        # symbolic sizes: the size symbols the kernel's indices use (its parameters
         # after the extents), and whether an offset's bound is symbolic (its indices are int64)
         self.size_symbols: set[sympy.Symbol] = set()
         self.symbolic_offsets = False
@@ -574,7 +574,7 @@ class KernelBody:
 
     def uses_int64(self, *numels: int | sympy.Expr) -> bool:
         """Whether an offset or an extent may pass int32's range: over symbolic sizes, unless
-        proven otherwise, they may (issue 15)."""
+        proven otherwise, they may."""
         if self.symbolic_offsets or any(not isinstance(n, int) and not n.is_Integer for n in numels):
             return True
         return max(self.max_offset, *map(int, numels)) > INT32_MAX

@@ -1,5 +1,5 @@
 """The lines that open a generated kernel's module: imports and the ``triton.jit`` decorator,
-with the size arguments Triton must not specialize (issue 15: kernels over symbolic sizes)."""
+with the size arguments Triton must not specialize (kernels over symbolic sizes)."""
 
 from __future__ import annotations
 

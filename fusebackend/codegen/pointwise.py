@@ -37,7 +37,7 @@ X_OUTER, Y_INDEX, X_INNER = indexing.var("x_outer"), indexing.var("y_index"), in
 class Tile:
     """Tiling of the flat index: ``outer`` blocks of ``ysize`` (y) by ``inner`` (x) elements."""
 
-    # over symbolic sizes (issue 15) any of the three may be symbolic; y and x are then masked
+    # over symbolic sizes any of the three may be symbolic; y and x are then masked
     # (``_generate_tiled``)
     outer: int | sympy.Expr
     ysize: int | sympy.Expr
@@ -64,7 +64,7 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
     flat = _generate_flat(plan, index, pdl, None if tiled else launch)
     if launch is not None and not tiled:
         return flat[0]
-    if sizes_in(plan.space.xnumel):  # over symbolic sizes (issue 15): no autotuning candidates
+    if sizes_in(plan.space.xnumel):  # over symbolic sizes: no autotuning candidates
         tile = None if tiled else transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
         return _generate_tiled(plan, index, tile, pdl) if tile is not None else None if tiled else flat[0]
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
@@ -152,7 +152,7 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     The output dims are the first stored buffer's, in memory order; the load chosen is the
     largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
 
-    Over symbolic sizes (issue 15), decided at the sizes being compiled; the tile keeps the
+    Over symbolic sizes, decided at the sizes being compiled; the tile keeps the
     dims' own sizes, and along an extent of symbolic size a block of the hint's next power of
     two up to 64, masked (``_generate_tiled``).
     """
@@ -274,7 +274,7 @@ def _step(offset: sympy.Expr, by: int) -> int:
 
 def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> KernelSource:
     """The tiled kernel. Its blocks divide both extents (no masks), but for an extent of a
-    symbolic size (issue 15): it is masked at the stores, and its positions past the end read
+    symbolic size: it is masked at the stores, and its positions past the end read
     its last one again (``tl.minimum``), so that every load stays in range unmasked and a
     per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes the kernel takes both
     extents and the symbols its indices use as arguments, and its grid is computed at each call."""

@@ -93,7 +93,7 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     """The kernel, with ``launch`` (blocks and warps: an autotuning candidate) or the heuristic's
     (``runtime.reduction_config``).
 
-    Rows of a symbolic length (issue 15) take two size classes, chosen at each call: where the
+    Rows of a symbolic length take two size classes, chosen at each call: where the
     heuristic makes the row persistent at the compile's sizes (``size_hint``), the looped kernel
     carries a persistent one for rows of up to its RBLOCK (``KernelSource.short_rows``: both in
     one module, the same arguments, launch and grid), which the wrapper launches where the

@@ -42,7 +42,7 @@ def _render(value: Any, constants: dict[str, Any]) -> str:
         return str(value)
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
-    if isinstance(value, sympy.Expr) and value.is_integer:  # a size over symbolic sizes (issue 15)
+    if isinstance(value, sympy.Expr) and value.is_integer:  # a size over symbolic sizes
         return indexing.pexpr(value)
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_render(v, constants) for v in value)
@@ -66,7 +66,7 @@ def _ints(values: Sequence[Any]) -> str:
 
 def _bindings(graph: ir.IRGraph, names: list[str], kernels: list[KernelSource], layouts: dict[str, ir.Buffer]
               ) -> list[str]:
-    """Lines binding each size symbol of a graph with symbolic sizes (issue 15) to the call's
+    """Lines binding each size symbol of a graph with symbolic sizes to the call's
     value: an input's size or stride where the symbol is one, or an int input. ``NotSymbolic``
     where a symbol the wrapper uses has none."""
     lines: list[str] = []

@@ -187,7 +187,7 @@ class IRBuilder:
         return self._tensor_arg(buf, self.meta(buf))
 
     def _split_count(self, xnumel: int, rnumel: int, column: bool) -> int:
-        """``split_count``; no split over symbolic sizes (issue 15: a chunk's length would be
+        """``split_count``; no split over symbolic sizes (a chunk's length would be
         symbolic), and a note where the sizes being compiled would split (``sizevars.decline``)."""
         if not sizevars.symbolic((xnumel, rnumel)):
             return split_count(xnumel, rnumel, column)

@@ -18,7 +18,7 @@ order, by interval arithmetic over its body:
 
 A gather whose positions all lie in [0, size of their dim) is then unchecked. Floats have no
 interval here: a position computed through floats (nearest-neighbour upsampling's) stays
-checked. Over symbolic sizes (issue 15) the bounds may be expressions in the size symbols; where
+checked. Over symbolic sizes the bounds may be expressions in the size symbols; where
 sympy cannot decide a comparison of them for every value, nothing of that node is proven.
 """
 

@@ -152,7 +152,7 @@ def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: Ten
         raise Unsupported("the product is too small to pad")
     n_pad, k_pad = _padded_size(n, mat1.dtype), _padded_size(k, mat1.dtype)
     symbolic = sizevars.symbolic(mat1.sizes + mat2.sizes)
-    if symbolic:  # issue 15: rows of a symbolic count, the padded dims static and the rows aligned
+    if symbolic:  # rows of a symbolic count, the padded dims static and the rows aligned
         if sizevars.symbolic((mat1.sizes[1],) + mat2.sizes) or k_pad is not None or not _rows_aligned(mat1):
             raise Unsupported("over symbolic sizes, a product padded along K or along a symbolic dim")
         m = mat1.sizes[0]

@@ -163,7 +163,7 @@ def _mean(
 
 def _reciprocal(count: Any, correction: float, acc: torch.dtype, at_zero: float) -> ir.Expr:
     """``1 / (count - correction)`` (``at_zero`` where that is not positive) as a value of
-    ``acc``: a constant, or over a symbolic count (issue 15) computed in the kernel from it."""
+    ``acc``: a constant, or over a symbolic count computed in the kernel from it."""
     if not sizevars.symbolic([count]):
         denom = max(count - correction, 0)
         return Constant(1.0 / denom if denom else at_zero, acc)

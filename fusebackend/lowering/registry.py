@@ -21,7 +21,7 @@ Lowering = Callable[..., Any]
 
 POINTWISE: dict[torch._ops.OpOverload, Lowering] = {}
 COMPOSITE: dict[torch._ops.OpOverload, Lowering] = {}
-# lowerings that build right over symbolic sizes (issue 15: ``symbolic_sizes.py``)
+# lowerings that build right over symbolic sizes (``symbolic_sizes.py``)
 SYMBOLIC: set[torch._ops.OpOverload] = set()
 
 

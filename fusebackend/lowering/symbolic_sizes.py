@@ -1,4 +1,4 @@
-"""Lowering over symbolic sizes (issue 15): what ``GraphLowering`` does with an ATen op of a graph
+"""Lowering over symbolic sizes: what ``GraphLowering`` does with an ATen op of a graph
 compiled for every value of its symbols (``lower(symbolic_sizes=True)``).
 
 The IR keeps the traced sizes (sympy expressions in Dynamo's symbols, ``sizevars.to_sympy``);
@@ -38,7 +38,7 @@ class SymbolicSizes:
     node: torch.fx.Node | None
 
     def _symbolic_call(self, node: torch.fx.Node, target: Any, args: Any, kwargs: Any) -> Any:
-        """An ATen op lowered for every value of the graph's symbolic sizes (issue 15). Pointwise
+        """An ATen op lowered for every value of the graph's symbolic sizes. Pointwise
         ops in the layout ATen gives at the hints, with the traced sizes; the composites marked
         ``SYMBOLIC`` (reductions); views as traced; any other op (or one whose lowering declines)
         an ATen call, its results in the traced sizes. ``NotSymbolic`` for an op with an

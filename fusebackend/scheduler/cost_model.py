@@ -198,7 +198,7 @@ OPS_PER_BYTE_SAVED = 8
 # convolution (b64, 960 channels, 7x7) fused into its squeeze-and-excitation mean took 1001 us
 # on an H100 (bf16, 2026-11-24), against 44 us for the convolution alone as a tiled pointwise
 # kernel. A max pool's gradient (4 covering windows of a 3x3 pool of stride 2) stays fused into
-# a batch norm's gradient statistics, as measured there (eleventh session).
+# a batch norm's gradient statistics, as measured there (ResNet-50's training step).
 MAX_WINDOW_IN_REDUCTION = 8
 
 
