@@ -8,7 +8,8 @@ Dynamo graph, its inputs and the compile configuration. Inductor's graphs go int
 reference to Inductor's own cache; another backend's go in "bundled": the compiled object, an
 ``OutputCode``, is pickled into the entry. fuse's is ``FuseGraphCode``: the ATen graph
 AOTAutograd handed to fuse, with each node's traced value (``torch.fx._graph_pickler``), and how
-it is to be compiled. Loaded, it is a ``backend.FusedGraph`` again, whose first call finds its
+it is to be compiled. Loaded, it is a ``backend.FusedGraph`` again (made by the ``GraphLoader``
+the backend handed the ``FuseGraphCode``), whose first call finds its
 kernels in fuse's own cache (``cache.py``) by the graph's digest, without unpickling the graph,
 or unpickles and compiles it.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import pickle
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 import torch.fx
@@ -45,13 +46,26 @@ def graph_name(kind: str) -> str:
     return f"{kind}_{next(_graph_ids)}"
 
 
+class GraphLoader(Protocol):
+    """What makes a graph again after a cache hit (``backend.FusedGraph``): given a function that
+    makes the ATen graph, with its digest and whether it mutates an input, it returns the object
+    AOTAutograd calls with a list of inputs. The backend hands it to ``FuseGraphCode``, so that
+    this module need not import the backend; it travels in a cache entry by reference, so it is
+    a module-level name (a class or function)."""
+
+    def __call__(self, gm: Callable[[], torch.fx.GraphModule], name: str, *, to_dynamo_graph: bool,
+                 user_outputs: int | None, digest: str | None, mutates: bool | None, autotune: bool) -> Any: ...
+
+
 class FuseGraphCode(OutputCode):
     """What AOTAutograd gets from fuse for one of its graphs: a ``FusedGraph`` (it calls this
     object with a list of inputs), its CUDA graph plan in reduce-overhead mode, and what an
-    AOTAutograd cache entry keeps of them."""
+    AOTAutograd cache entry keeps of them. ``load`` makes the graph again from a serialized copy."""
 
-    def __init__(self, graph: Any, kind: str, mode: Mode, capture: cudagraphs.Capture | None) -> None:
+    def __init__(self, graph: Any, kind: str, mode: Mode, capture: cudagraphs.Capture | None,
+                 load: GraphLoader) -> None:
         self.graph = graph  # backend.FusedGraph; None in a serialized copy
+        self.load = load  # backend.FusedGraph: what post_compile makes the graph with
         self.kind = kind  # forward, backward or inference
         self.mode = mode  # torch.compile's mode and options (modes.py)
         self.capture = capture  # how its calls are recorded (cudagraphs.py); None: never
@@ -93,8 +107,6 @@ class FuseGraphCode(OutputCode):
         from torch._guards import detect_fake_mode
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        from fusebackend.backend import FusedGraph
-
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         pickled, self.pickled_gm = self.pickled_gm, None
 
@@ -109,9 +121,9 @@ class FuseGraphCode(OutputCode):
             gm.recompile()  # GraphPickler's module has no forward: run eagerly (a fallback), it needs one
             return gm
 
-        self.graph = FusedGraph(make_gm, graph_name(self.kind), to_dynamo_graph=self.kind != "backward",
-                                user_outputs=self.user_outputs, digest=self.digest, mutates=self.mutates,
-                                autotune=self.mode.autotune)
+        self.graph = self.load(make_gm, graph_name(self.kind), to_dynamo_graph=self.kind != "backward",
+                               user_outputs=self.user_outputs, digest=self.digest, mutates=self.mutates,
+                               autotune=self.mode.autotune)
         self._arm()
         metrics.aot_cache_hits += self.kind != "backward"  # one per Dynamo graph
 

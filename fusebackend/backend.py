@@ -218,7 +218,8 @@ def _compiler(kind: str, captures: _Captures) -> Callable[[torch.fx.GraphModule,
         user_outputs = _forward_returns() if kind == "forward" else None
         graph = FusedGraph(gm, aot_cache.graph_name(kind), to_dynamo_graph=kind != "backward",
                            user_outputs=user_outputs, autotune=captures.mode.autotune)
-        return aot_cache.FuseGraphCode(graph, kind, captures.mode, captures.plan(gm, example_inputs, kind))
+        return aot_cache.FuseGraphCode(graph, kind, captures.mode, captures.plan(gm, example_inputs, kind),
+                                       load=FusedGraph)
 
     # AOTAutograd's cache keeps the graph (aot_cache.py); a FusedGraph compiles when first called
     return aot_cache.serializable(compile_fn)
