@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 import sympy
 import torch
 
 from fusebackend import indexing
-
-if TYPE_CHECKING:
-    from fusebackend.ir import View
+from fusebackend.buffers import View, dtype_name  # noqa: F401  (dtype_name re-exported: expr.dtype_name)
 
 # Every op a body may use, with its arity. Codegen has one rendering per name (a test checks).
 OP_ARITY: dict[str, int] = {
@@ -362,11 +360,3 @@ def format_expr(expr: Expr) -> str:
     if expr.name == "to":
         return f"to_{dtype_name(expr.dtype)}({format_expr(expr.args[0])})"
     return f"{expr.name}({', '.join(format_expr(a) for a in expr.args)})"
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {
-        torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32", torch.float64: "f64",
-        torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
-        torch.uint8: "u8", torch.bool: "b1",
-    }.get(dtype, str(dtype).replace("torch.", ""))

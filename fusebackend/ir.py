@@ -15,7 +15,8 @@ that writes memory another node produced (its target, the copy lowering makes fo
 is a new name for that memory, so each buffer is still written once, in place, and whatever reads
 the result depends on the scatter.
 
-The expressions of bodies live in ``expr.py`` and are re-exported here. Everything is a frozen
+The expressions of bodies live in ``expr.py``, ``Buffer`` and ``View`` in ``buffers.py`` (below
+``expr``, whose loads read views); both are re-exported here. Everything is a frozen
 dataclass and prints as readable text; ``verify`` checks a graph.
 """
 
@@ -29,74 +30,12 @@ import sympy
 import torch
 
 from fusebackend import indexing, sizevars
+from fusebackend.buffers import Buffer, View  # noqa: F401  (re-exported: ir.Buffer, ir.View)
 from fusebackend.expr import (  # noqa: F401  (re-exported: the IR's expressions are ir.Load, ir.op...)
     FLOAT_DTYPES, KERNEL_DTYPES, OP_ARITY, Constant, Expr, IndexValue, IndirectLoad, Load, Op, Rendered,
     _convert_scalar, _fold_table, affine_index, cast, compute_dtype, dtype_name, fold, format_expr, loads, map_expr, op,
     substitute_index, walk,
 )
-
-# ----------------------------------------------------------------------------------- buffers
-
-
-@dataclasses.dataclass(frozen=True)
-class Buffer:
-    """A named allocation: a graph input, a node's output, or an extern's output."""
-
-    name: str
-    dtype: torch.dtype
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.sizes)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
-
-    def whole(self) -> "View":
-        return View(self, self.sizes, self.strides, 0)
-
-    def __str__(self) -> str:
-        return f"{self.name}: {dtype_name(self.dtype)}{list(self.sizes)} strides {list(self.strides)}"
-
-
-@dataclasses.dataclass(frozen=True)
-class View:
-    """A strided window over a buffer's storage (offset in elements from the buffer's start)."""
-
-    buffer: Buffer
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.buffer.dtype
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.sizes)
-
-    def is_whole(self) -> bool:
-        b = self.buffer
-        return self.offset == 0 and self.sizes == b.sizes and self.strides == b.strides
-
-    def distinct_elements(self) -> int:
-        """Elements of storage this view touches (broadcast dims count once)."""
-        n = math.prod(s for s, st in zip(self.sizes, self.strides) if st != 0)
-        # with symbolic sizes, at the hints: a figure for the cost model (sizevars.size_hint)
-        return min(sizevars.size_hint(n), sizevars.size_hint(self.buffer.numel)) if self.numel else 0
-
-    def __str__(self) -> str:
-        if self.is_whole():
-            return self.buffer.name
-        return (
-            f"{self.buffer.name}.view({list(self.sizes)}, strides={list(self.strides)},"
-            f" offset={self.offset})"
-        )
-
 
 # ------------------------------------------------------------------------------------- nodes
 
