@@ -26,14 +26,11 @@ left out of the estimate (a forward's are held by the caller).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from fusebackend import ir
 from fusebackend.scheduler.cost_model import TrafficModel
+from fusebackend.scheduler.groups import Groups
 from fusebackend.sizevars import size_hint
-
-if TYPE_CHECKING:
-    from fusebackend.scheduler.fusion import Groups
 
 MIN_GAIN = 0.02  # the least share of the peak a reordering must save
 MIN_GAIN_BYTES = 1 << 20

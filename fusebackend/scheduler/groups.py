@@ -1,0 +1,147 @@
+"""The fused groups of a graph's nodes and the dependency edges between them (``Groups``).
+
+Fusion (``fusion.py``) merges groups; ordering (``ordering.py``) runs them in an order that
+respects the edges. Both import ``Groups`` from here (``fusion`` re-exports it), so that
+``ordering`` need not import ``fusion``, which imports ``ordering``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+
+from fusebackend import ir
+
+
+class Groups:
+    """Union of nodes into groups, with the dependency edges between groups.
+
+    The edges between groups are kept up to date on each merge (``_gsucc``, ``_gpred``) rather
+    than gathered from the members' edges whenever they are asked for: reachability checks walk
+    them for every candidate fusion, and a group's members grow with each merge.
+    """
+
+    def __init__(self, graph: ir.IRGraph) -> None:
+        self.order = {n.name: k for k, n in enumerate(graph.nodes)}
+        self.nodes = ir.nodes_by_name(graph.nodes)
+        self.members: dict[str, list[str]] = {n.name: [n.name] for n in graph.nodes}
+        self.group_of: dict[str, str] = {n.name: n.name for n in graph.nodes}
+        producers = {b.name: n.name for n in graph.nodes for b in ir.written_buffers(n)}
+        self.succ: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+        self.pred: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
+        barrier: str | None = None
+        collective: str | None = None
+        seen: list[str] = []
+        for node in graph.nodes:
+            deps = {producers[v.buffer.name] for v in node.reads() if v.buffer.name in producers}
+            if barrier is not None:
+                deps.add(barrier)
+            if isinstance(node, ir.Extern) and node.mutates:
+                deps.update(seen)  # a mutation waits for every earlier node, and blocks later ones
+                barrier = node.name
+            if ir.is_collective(node):
+                # collectives (and their waits) keep the graph's order among themselves: every
+                # process issues them in the same order, whatever order the rest takes
+                if collective is not None:
+                    deps.add(collective)
+                collective = node.name
+            for d in deps:
+                self.succ[d].add(node.name)
+                self.pred[node.name].add(d)
+            seen.append(node.name)
+        self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
+        self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
+        self._buffers_read: dict[str, list[str]] = {}
+        # buffer -> the groups that read it, in graph order, kept on merges: horizontal
+        # candidates pair a group with its nearest fellow readers, and a buffer that every
+        # layer reads (a shared weight, a mask) would otherwise be sorted again at each merge
+        self._owners: dict[str, list[str]] = {}
+        for node in graph.nodes:
+            for buf in dict.fromkeys(self.buffers_read(node.name)):
+                self._owners.setdefault(buf, []).append(node.name)
+
+    def group_succ(self, g: str) -> set[str]:
+        return set(self._gsucc[g])
+
+    def group_pred(self, g: str) -> set[str]:
+        return set(self._gpred[g])
+
+    def first(self, g: str) -> int:
+        """The graph position of the group's first node (members are kept in graph order)."""
+        return self.order[self.members[g][0]]
+
+    def buffers_read(self, name: str) -> list[str]:
+        """The names of the buffers node ``name`` reads, in the order its body loads them."""
+        out = self._buffers_read.get(name)
+        if out is None:
+            out = self._buffers_read[name] = [v.buffer.name for v in self.nodes[name].reads()]
+        return out
+
+    def owners(self, buf: str) -> list[str]:
+        """The groups that read ``buf``, in graph order (of each group's name, its first node)."""
+        return self._owners.get(buf, [])
+
+    def owner_index(self, owners: list[str], g: str) -> int:
+        """Where group ``g`` stands in ``owners`` (a list from ``owners``), by bisection."""
+        at = bisect.bisect_left(owners, self.order[g], key=self.order.__getitem__)
+        assert owners[at] == g, f"group {g} missing from its buffer's readers"
+        return at
+
+    def reaches(self, src: str, dst: str, skip_direct: bool) -> bool:
+        """Is there a path src -> ... -> dst (through another group when ``skip_direct``)?"""
+        limit = self.order[self.members[dst][-1]]
+        succ = self._gsucc
+        stack = [s for s in succ[src] if not (skip_direct and s == dst)]
+        seen = set(stack)
+        while stack:
+            g = stack.pop()
+            if g == dst:
+                return True
+            if self.first(g) > limit:
+                continue
+            for s in succ[g]:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
+
+    def merge(self, a: str, b: str) -> str:
+        keep, gone = (a, b) if self.order[a] <= self.order[b] else (b, a)
+        moved = self.members.pop(gone)
+        self.members[keep] = sorted(self.members[keep] + moved, key=self.order.get)
+        for n in self.members[keep]:
+            self.group_of[n] = keep
+        for buf in {name for n in moved for name in self.buffers_read(n)}:  # gone's place goes to keep
+            owners = self._owners[buf]
+            del owners[self.owner_index(owners, gone)]
+            at = bisect.bisect_left(owners, self.order[keep], key=self.order.__getitem__)
+            if at == len(owners) or owners[at] != keep:
+                owners.insert(at, keep)
+        succ, pred = self._gsucc.pop(gone), self._gpred.pop(gone)
+        for s in succ:
+            self._gpred[s].discard(gone)
+            if s != keep:
+                self._gpred[s].add(keep)
+        for p in pred:
+            self._gsucc[p].discard(gone)
+            if p != keep:
+                self._gsucc[p].add(keep)
+        self._gsucc[keep] = (self._gsucc[keep] | succ) - {keep, gone}
+        self._gpred[keep] = (self._gpred[keep] | pred) - {keep, gone}
+        return keep
+
+    def topological(self) -> list[str]:
+        """Groups in an order that respects dependencies, staying close to the graph's order."""
+        indeg = {g: len(self._gpred[g]) for g in self.members}
+        ready = [(self.first(g), g) for g, d in indeg.items() if d == 0]
+        heapq.heapify(ready)
+        out = []
+        while ready:
+            _, g = heapq.heappop(ready)
+            out.append(g)
+            for s in self._gsucc[g]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(ready, (self.first(s), s))
+        assert len(out) == len(self.members), "fusion created a cycle"
+        return out
