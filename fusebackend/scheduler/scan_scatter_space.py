@@ -27,7 +27,7 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.inlining import producer_index
-from fusebackend.scheduler.space import R, X, KernelSpace, SpaceError
+from fusebackend.scheduler.space_types import R, X, KernelSpace, SpaceError
 
 
 def scan_mapping(scan: ir.Scan, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:

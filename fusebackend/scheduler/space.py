@@ -23,7 +23,6 @@ it, and returns the reason when it cannot.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Sequence
@@ -32,32 +31,9 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.inlining import producer_index
+from fusebackend.scheduler.scan_scatter_space import plan_scan_space, plan_scatter_space
+from fusebackend.scheduler.space_types import R, X, KernelSpace, SpaceError  # also imported as space.X and so on
 from fusebackend.sizevars import size_hint
-
-X = indexing.var("xindex")
-R = indexing.var("rindex")
-
-
-@dataclasses.dataclass(frozen=True)
-class KernelSpace:
-    xnumel: int
-    rnumel: int  # 1 for a pointwise kernel
-    anchor: ir.Reduction | ir.Scan | None  # a scan's kernel has rows and positions too
-    # node name -> its loop variables in terms of xindex / rindex (stored nodes and row values)
-    mapping: dict[str, dict[sympy.Symbol, sympy.Expr]]
-    # node name -> where (a bool expression in xindex / rindex) its full-size store is made
-    guards: dict[str, ir.Expr] = dataclasses.field(default_factory=dict)
-
-    @property
-    def ranges(self) -> dict[sympy.Symbol, int]:
-        out = {X: max(self.xnumel, 1)}
-        if self.anchor is not None:
-            out[R] = max(self.rnumel, 1)
-        return out
-
-
-class SpaceError(Exception):
-    """These nodes cannot share one kernel; the message is the reason."""
 
 
 def _row_mapping(buffer: ir.Buffer, ranges: dict[sympy.Symbol, int]) -> dict[sympy.Symbol, sympy.Expr]:
@@ -91,9 +67,6 @@ def _layout_mapping(sizes: tuple[int, ...], strides: tuple[int, ...], reduction_
 def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
     """The space these nodes share as one kernel; raises SpaceError with the reason if none."""
     if any(isinstance(n, (ir.Scan, ir.Scatter)) for n in nodes):
-        # imported here: that module builds on this one's KernelSpace
-        from fusebackend.scheduler.scan_scatter_space import plan_scan_space, plan_scatter_space
-
         scatter = any(isinstance(n, ir.Scatter) for n in nodes)
         return plan_scatter_space(nodes, stored) if scatter else plan_scan_space(nodes, stored)
     reductions = [n for n in nodes if isinstance(n, ir.Reduction)]
