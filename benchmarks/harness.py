@@ -52,7 +52,9 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 import fusebackend
+from benchmarks import report
 from benchmarks.check import Mismatch, against_reference, compare, describe, tensors
+from benchmarks.results import CaseResult, RunResult, VariantResult  # also imported as harness.CaseResult ...
 from benchmarks.timing import CopyBandwidth, TimingConfig, copy_bandwidth, free_memory, median_ms, timed_call
 
 Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -144,49 +146,6 @@ COMPILERS: dict[str, Compiler] = {"eager": _eager, "inductor": _inductor, "fuse"
 
 # --------------------------------------------------------------------------------------------
 # Running
-
-
-@dataclasses.dataclass
-class VariantResult:
-    """One variant of one case. ``status``: ``ref`` (eager), ``ok``, ``FAIL`` (outputs differ from
-    eager; not timed), ``error`` (it raised), ``n/a`` (the backend cannot run here: its start-up
-    compile failed)."""
-
-    variant: str
-    status: str
-    median_ms: float | None = None
-    speedup: float | None = None
-    floor_fraction: float | None = None
-    error: float | None = None  # largest normwise relative difference from eager, both checks
-    compile_cold_s: float | None = None
-    compile_warm_s: float | None = None
-    kernels: int | None = None  # generated kernels (fuse: from fusebackend.history())
-    graph_kernels: dict[str, int] = dataclasses.field(default_factory=dict)
-    fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)
-    eager_graphs: int = 0
-    notes: list[str] = dataclasses.field(default_factory=list)
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class CaseResult:
-    name: str
-    description: str
-    inputs: list[str] = dataclasses.field(default_factory=list)
-    floor_bytes: int | None = None
-    floor_ms: float | None = None
-    variants: list[VariantResult] = dataclasses.field(default_factory=list)
-    error: str | None = None  # the case could not run at all (e.g. out of memory in eager)
-    seconds: float = 0.0
-
-
-@dataclasses.dataclass
-class RunResult:
-    suite: str
-    environment: dict[str, Any]
-    copy: CopyBandwidth | None
-    startup_s: dict[str, float | str]
-    cases: list[CaseResult]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -511,8 +470,6 @@ def _select(cases: list[Case], names: str) -> list[Case]:
 
 def main_for(suites: Sequence[str], args: argparse.Namespace) -> list[RunResult]:
     """Run the named suites with parsed options; print each table and write JSON and Markdown."""
-    from benchmarks import report
-
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:

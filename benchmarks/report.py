@@ -17,10 +17,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # only for annotations: the harness imports this module when it writes results
-    from benchmarks.harness import CaseResult, RunResult, VariantResult
+from benchmarks.results import CaseResult, RunResult, VariantResult
 
 COLUMNS = ("case", "variant", "check", "err", "time ms", "vs eager", "floor %", "cold s", "warm s", "kernels", "notes")
 
