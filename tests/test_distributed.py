@@ -1,4 +1,4 @@
-"""Training on several processes (issue 16): functional collectives inside a graph, DDP and FSDP2.
+"""Training on several processes: functional collectives inside a graph, DDP and FSDP2.
 
 - Collectives in a traced graph are ATen calls in the graph's order, and the memory of their
   inputs and results is never given to another buffer (a collective reads and writes it on

@@ -1,5 +1,5 @@
 """Traced sizes as fuse's sympy expressions, their values at a call's sizes, and proofs that hold
-for every size without a guard (``fusebackend/sizevars.py``, issue 15)."""
+for every size without a guard (``fusebackend/sizevars.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One compile for every size of a graph whose sizes Dynamo made symbolic (``config.symbolic``,
-issue 15; ``fusebackend/lowering/symbolic_sizes.py``).
+``fusebackend/lowering/symbolic_sizes.py``).
 
 Each test compiles with the option on, calls with several sizes (odd, prime, past a multiple of
 16), compares with eager, and asserts the compile count: one graph compiled once, nothing
@@ -58,7 +58,7 @@ def test_a_normalization_over_a_symbolic_row_length_is_compiled_once() -> None:
 
 
 def test_rows_of_a_symbolic_length_take_a_persistent_or_a_looped_kernel_at_each_call() -> None:
-    """Two size classes of one reduction (issue 15, item 3): rows that fit the block the
+    """Two size classes of one reduction: rows that fit the block the
     heuristic chose at the first call's sizes run persistent, longer rows looped; the wrapper
     chooses at each call, and the one compile serves both."""
     def softmax_rows(x: torch.Tensor) -> torch.Tensor:
