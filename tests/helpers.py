@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import itertools
+import subprocess
+from typing import Any, Callable, Mapping, Sequence
 
+import pytest
 import torch
 
 import fusebackend
@@ -44,6 +47,7 @@ def assert_same(actual: Any, expected: Any, atol: float | None = None, rtol: flo
 DIMS: dict[str, Any] = {"last": -1, "first": 0, "middle": 1, "0_2": (0, 2), "all": None}
 DIMS_KEEP = [("last", False), ("last", True), ("first", False), ("middle", True), ("0_2", False),
              ("0_2", True), ("all", False), ("all", True)]
+DIMS_KEEP_IDS = {f"{d}-{'keep' if k else 'nokeep'}": (d, k) for d, k in DIMS_KEEP}  # for helpers.diagonal
 
 
 def compile_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,3 +81,84 @@ def kernels() -> dict[str, str]:
 
 def kernel_count() -> int:
     return sum(a.kernel_count for a in fusebackend.history())
+
+
+# ----------------------------------------------------------------------------- sampled matrices
+# A long matrix runs a fixed sample of its cases; the others are marked ``full``, which the
+# default run deselects and ``pytest --full`` runs (conftest.py).
+
+FULL = pytest.mark.full
+ParameterSet = type(pytest.param(None))
+
+
+def sampled(cases: Sequence[Any], keep: Callable[[int], bool]) -> list[ParameterSet]:
+    """``cases`` (values or ``pytest.param``s) as params; the case at index ``i`` runs by default
+    where ``keep(i)``, and is marked ``full`` otherwise."""
+    out = []
+    for i, case in enumerate(cases):
+        param = case if isinstance(case, ParameterSet) else pytest.param(case)
+        if not keep(i):
+            param = pytest.param(*param.values, id=param.id, marks=[*param.marks, FULL])
+        out.append(param)
+    return out
+
+
+class Args(tuple):
+    """A value of an axis of ``diagonal`` that is several arguments of the test."""
+
+
+def diagonal(*axes: Mapping[str, Any], per: int = 1) -> list[ParameterSet]:
+    """Every combination of the axes' values (each axis a mapping of id to value; the first axis
+    outermost, ids joined by "-"), as params. By default each value of the first axis runs with
+    ``per`` of the ``n`` combinations of the other axes, taken in turn down the first axis: value
+    ``i`` with combinations ``i``, ``i + n // per``, ``i + 2 * (n // per)``... modulo ``n``. Every
+    value of every axis runs (where the first axis has at least ``n / per`` values), and the
+    combinations of the others spread evenly over the first. The other cases are marked
+    ``full``. A value that is an ``Args`` gives several arguments."""
+    others = list(itertools.product(*(list(a.items()) for a in axes[1:])))
+    step = max(1, len(others) // per)
+    out = []
+    for i, (first_id, first) in enumerate(axes[0].items()):
+        chosen = {(i + j * step) % len(others) for j in range(per)}
+        for k, rest in enumerate(others):
+            ids = [first_id] + [r[0] for r in rest]
+            values = [v for value in [first] + [r[1] for r in rest]
+                      for v in (value if isinstance(value, Args) else (value,))]
+            out.append(pytest.param(*values, id="-".join(ids), marks=() if k in chosen else (FULL,)))
+    return out
+
+
+def in_turn(rows: Sequence[Sequence[Any]]) -> set[tuple[int, int]]:
+    """The default run's ``(i, j)`` of rows of choices (each op's dtypes): row ``i`` with its
+    choice ``i`` modulo their number, and each value those leave out with its first row: every
+    row runs, and every value."""
+    kept = {(i, i % len(row)) for i, row in enumerate(rows)}
+    seen = {rows[i][j] for i, j in kept}
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            if value not in seen:
+                kept.add((i, j))
+                seen.add(value)
+    return kept
+
+
+# ---------------------------------------------------------------------------- child processes
+
+
+def run_together(commands: Sequence[tuple[list[str], dict[str, str]]], cwd: Any,
+                 timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Each ``(argv, env)`` in a child process of its own, all started at once (independent runs
+    share the machine's cores instead of waiting for each other); their results in order."""
+    procs = [subprocess.Popen(argv, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv, env in commands]
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return done

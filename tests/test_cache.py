@@ -67,12 +67,34 @@ def _result(proc: subprocess.Popen) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_a_second_process_loads_every_graph_without_compiling(tmp_path: Any) -> None:
-    first = _result(_child(tmp_path / "cache", tmp_path))
+# Appended to CHILD in the first process: its portable artifacts, written to the file it is given.
+SAVE = """
+data, info = torch.compiler.save_cache_artifacts()
+open(sys.argv[1], "wb").write(data)
+"""
+
+
+@pytest.fixture(scope="module")
+def first_process(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Any]:
+    """CHILD in a first process over empty cache folders (``ROOT/cache``, ``ROOT/cache-inductor``),
+    its portable artifacts saved to ``ROOT/artifacts.bin``: its metrics and ROOT. The second
+    process of each test below starts from it (one cold compile for both: about 15 s on 2 cores)."""
+    root = tmp_path_factory.mktemp("first-process")
+    env = dict(os.environ, FUSE_CACHE_DIR=str(root / "cache"), TORCHINDUCTOR_CACHE_DIR=str(root / "cache-inductor"))
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD) + textwrap.dedent(SAVE),
+                           str(root / "artifacts.bin")], env=env, cwd=str(root), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), root
+
+
+def test_a_second_process_loads_every_graph_without_compiling(first_process: tuple[dict[str, Any], Any],
+                                                              tmp_path: Any) -> None:
+    first, root = first_process
     assert first["hits"] == 0 and first["misses"] == first["graphs"] == 3 and first["eager"] == 0
     assert first["aot_hits"] == 0
     assert {"lower", "schedule", "codegen", "store"} <= set(first["stages"])
-    second = _result(_child(tmp_path / "cache", tmp_path))
+    second = _result(_child(root / "cache", tmp_path))
     assert second["hits"] == second["graphs"] == 3 and second["misses"] == 0 and second["eager"] == 0
     # AOTAutograd traced neither Dynamo graph (the training step's, the inference call's) again
     assert second["aot_hits"] == 2
@@ -339,17 +361,10 @@ if os.environ.get("LOAD"):
 """
 
 
-def test_a_fresh_process_loaded_with_the_portable_artifacts_lowers_no_graph(tmp_path: Any) -> None:
-    saved = tmp_path / "artifacts.bin"
-    save = textwrap.dedent(CHILD) + textwrap.dedent("""
-        data, info = torch.compiler.save_cache_artifacts()
-        open(sys.argv[1], "wb").write(data)
-        """)
-    env = dict(os.environ, FUSE_CACHE_DIR=str(tmp_path / "first"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "first-inductor"))
-    done = subprocess.run([sys.executable, "-c", save, str(saved)], env=env, cwd=str(tmp_path), capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    first = json.loads(done.stdout.strip().splitlines()[-1])
+def test_a_fresh_process_loaded_with_the_portable_artifacts_lowers_no_graph(first_process: tuple[dict[str, Any], Any],
+                                                                           tmp_path: Any) -> None:
+    first, root = first_process
+    saved = root / "artifacts.bin"
     assert first["misses"] == first["graphs"] == 3 and saved.stat().st_size > 0
     # a fresh machine: other, empty folders; the artifacts loaded before anything is compiled
     env = dict(os.environ, FUSE_CACHE_DIR=str(tmp_path / "fresh"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "fresh-inductor"),

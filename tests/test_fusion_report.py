@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
 import sys
 from typing import Any, Callable
 
@@ -27,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import fusebackend
 from fusebackend import decompositions, ir, lowering, scheduler
-from helpers import assert_same, check, compile_fn, kernel_count
+from helpers import assert_same, check, compile_fn, kernel_count, run_together
 
 X_BYTES = 64 * 128 * 4  # fp32 x of shape (64, 128)
 ROW_BYTES = 64 * 4  # one fp32 value per row
@@ -348,13 +347,15 @@ for graph in fusebackend.history():
 def test_schedule_is_the_same_in_every_process(tmp_path: Any) -> None:
     # Sets of strings iterate in an order that changes with the hash seed of each process: no
     # fusion decision, kernel or line of the report may depend on it.
-    outputs = []
+    # (the two processes run at once, each with cache folders of its own: neither loads the other's)
+    runs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed, FUSE_INTERPRET="1", CUDA_VISIBLE_DEVICES="",
-                   FUSE_CACHE_DIR=str(tmp_path / seed))
+                   FUSE_CACHE_DIR=str(tmp_path / seed), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"{seed}-inductor"))
         env.pop("FUSE_DUMP_DIR", None)
-        proc = subprocess.run([sys.executable, "-c", SCHEDULE_CHILD], env=env, capture_output=True, text=True,
-                              timeout=300, cwd=str(tmp_path))
+        runs.append(([sys.executable, "-c", SCHEDULE_CHILD], env))
+    outputs = []
+    for proc in run_together(runs, tmp_path):
         assert proc.returncode == 0, proc.stderr[-3000:]
         outputs.append(proc.stdout)
     assert "fusions refused" in outputs[0] and "@triton.jit" in outputs[0]

@@ -18,6 +18,7 @@ import sympy
 
 from fusebackend import indexing
 from fusebackend.indexing import FloorDiv, ModIdx, pexpr, simplify, var
+from helpers import sampled
 
 S0 = sympy.Symbol("s0", integer=True, positive=True)
 S1 = sympy.Symbol("s1", integer=True, positive=True)
@@ -257,7 +258,8 @@ def _random_index(rng: random.Random, depth: int) -> str:
     return text
 
 
-@pytest.mark.parametrize("seed", range(12))
+# 12 seeds took 42 s on 2 cores (sympy); the default run takes every fourth (pytest --full: all)
+@pytest.mark.parametrize("seed", sampled(range(12), lambda seed: seed % 4 == 0))
 def test_random_indices_simplify_to_the_same_values(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(12):

@@ -12,6 +12,10 @@ eager takes). Over that table:
 - ``test_fp32_accuracy``: dense fp32 sweeps against float64, bounding the largest relative error
   (the numbers ``math_helpers`` documents).
 
+By default the two matrices run a fixed sample: each op in one of its dtypes and in one of the
+four layouts, both taken in turn down the table so that every dtype and layout runs
+(``helpers.in_turn``, ``helpers.diagonal``); ``pytest --full`` runs every case.
+
 Every case asserts that the op became a generated kernel (no ATen fallback). Separate tests cover
 round with decimals, fmax/fmin's NaN rule and signed zeros, sinh/cosh near fp32 overflow, literal
 arguments of helpers, which ops stay ATen calls in fp64, fusion of a chain of these ops, frexp's two
@@ -29,7 +33,7 @@ import torch
 import torch.special as S
 
 import fusebackend
-from helpers import check, check_lowered, kernel_count, kernels
+from helpers import FULL, check, check_lowered, diagonal, in_turn, kernel_count, kernels
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 i32, i64, b1 = torch.int32, torch.int64, torch.bool
@@ -170,7 +174,11 @@ def _dtype_id(dtype: torch.dtype) -> str:
 
 # ---------------------------------------------------------------------------- the matrices
 
-OP_DTYPE_CASES = [pytest.param(o, d, id=f"{o.name}-{_dtype_id(d)}") for o in OPS for d in o.dtypes]
+# by default one dtype per op, taken in turn down the table (op 0 in its first dtype, op 1 in its
+# second...), and each dtype this leaves out with its first op
+_DTYPE_SAMPLE = in_turn([o.dtypes for o in OPS])
+OP_DTYPE_CASES = [pytest.param(o, d, id=f"{o.name}-{_dtype_id(d)}", marks=() if (i, j) in _DTYPE_SAMPLE else FULL)
+                  for i, o in enumerate(OPS) for j, d in enumerate(o.dtypes)]
 
 
 @pytest.mark.parametrize("info,dtype", OP_DTYPE_CASES)
@@ -185,8 +193,8 @@ def test_op_dtype(info: MathOp, dtype: torch.dtype) -> None:
     _check_op(info, _inputs(info, (67,), dtype))
 
 
-@pytest.mark.parametrize("layout", ["transposed", "sliced", "0dim", "one"])
-@pytest.mark.parametrize("info", OPS, ids=lambda o: o.name)
+@pytest.mark.parametrize("info,layout", diagonal({o.name: o for o in OPS},
+                                               {la: la for la in ("transposed", "sliced", "0dim", "one")}))
 def test_op_layout(info: MathOp, layout: str) -> None:
     dtype = info.dtypes[0]
     if layout == "transposed":

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 import fusebackend
 from fusebackend.kernels import autotune
 from fusebackend.modes import Mode
+from helpers import FULL
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 
@@ -133,7 +134,9 @@ def _forcing(pick: Callable[[int], int]) -> Callable[..., tuple[float, float]]:
     return fake
 
 
-@pytest.mark.parametrize("pick", [lambda n: n - 1, lambda n: min(1, n - 1)], ids=["last", "second"])
+# (the second candidate runs the same path with other blocks: pytest --full)
+@pytest.mark.parametrize("pick", [pytest.param(lambda n: n - 1, id="last"),
+                                  pytest.param(lambda n: min(1, n - 1), id="second", marks=FULL)])
 def test_a_training_step_is_right_with_any_candidate_chosen(monkeypatch: pytest.MonkeyPatch,
                                                            pick: Callable[[int], int]) -> None:
     """Gradients and batch norm's running statistics (written in place: a candidate timed must not
@@ -168,7 +171,9 @@ def _tiles_scans_scatters(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -
     return transposed, scanned, added
 
 
-@pytest.mark.parametrize("pick", [lambda n: n - 1, lambda n: min(1, n - 1)], ids=["last", "second"])
+# (the second candidate runs the same path with other blocks: pytest --full)
+@pytest.mark.parametrize("pick", [pytest.param(lambda n: n - 1, id="last"),
+                                  pytest.param(lambda n: min(1, n - 1), id="second", marks=FULL)])
 def test_tiles_scans_and_scatters_are_tuned_and_right(monkeypatch: pytest.MonkeyPatch,
                                                       pick: Callable[[int], int]) -> None:
     monkeypatch.setattr(autotune.Tuner, "_time", _forcing(pick))

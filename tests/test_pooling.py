@@ -5,6 +5,10 @@ whose weighted output sum is backpropagated), over f32 and bf16, odd sizes (7x9)
 stride / padding / dilation / ceil_mode combinations and channels-last inputs, asserting that
 kernels were generated and no op fell back to ATen. Fusion tests check the kernel count and the
 generated source.
+
+The matrices of window configurations x dtype x layout run each configuration once by default,
+in one dtype and layout, the pairs taken in turn (``helpers.diagonal``): every configuration,
+dtype, layout and pair of dtype and layout runs; ``pytest --full`` runs every combination.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import torch
 import torch.nn.functional as F
 
 import fusebackend
-from helpers import assert_same, check, check_lowered, compile_fn, kernel_count, kernels
+from helpers import assert_same, check, check_lowered, compile_fn, diagonal, kernel_count, kernels
 
 DTYPES = [torch.float32, torch.bfloat16]
+# dtype x layout, the other axes of the matrices below
+DTYPE_IDS = {str(d): d for d in DTYPES}
+LAYOUT_IDS = {"nchw": False, "nhwc": True}
 
 
 def check_backward(fn: Callable[[torch.Tensor], Any], x: torch.Tensor) -> None:
@@ -72,9 +79,7 @@ MAX_POOLS = {
 }
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(MAX_POOLS))
+@pytest.mark.parametrize("name,dtype,channels_last", diagonal({n: n for n in MAX_POOLS}, DTYPE_IDS, LAYOUT_IDS))
 def test_max_pool2d_with_indices(name: str, dtype: torch.dtype, channels_last: bool) -> None:
     args = MAX_POOLS[name]
     x = make(dtype, channels_last)
@@ -131,9 +136,7 @@ AVG_POOLS = {
 }
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(AVG_POOLS))
+@pytest.mark.parametrize("name,dtype,channels_last", diagonal({n: n for n in AVG_POOLS}, DTYPE_IDS, LAYOUT_IDS))
 def test_avg_pool2d(name: str, dtype: torch.dtype, channels_last: bool) -> None:
     args = AVG_POOLS[name]
     check_op(lambda x: F.avg_pool2d(x, **args), make(dtype, channels_last))
@@ -148,9 +151,11 @@ def test_avg_pool_1d_3d() -> None:
 # ------------------------------------------------------------------------- adaptive pooling
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size", [(3, 4), (7, 3), (4, 5), (5, 2), (14, 18)], ids=str)
+ADAPTIVE_SIZES = [(3, 4), (7, 3), (4, 5), (5, 2), (14, 18)]
+
+
+@pytest.mark.parametrize("size,dtype,channels_last",
+                         diagonal({str(s): s for s in ADAPTIVE_SIZES}, DTYPE_IDS, LAYOUT_IDS))
 def test_adaptive_avg_pool2d(size: tuple[int, int], dtype: torch.dtype, channels_last: bool) -> None:
     check_op(lambda x: F.adaptive_avg_pool2d(x, size), make(dtype, channels_last))
 
@@ -214,9 +219,7 @@ UPSAMPLES = {
 }
 
 
-@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(UPSAMPLES))
+@pytest.mark.parametrize("name,dtype,channels_last", diagonal({n: n for n in UPSAMPLES}, DTYPE_IDS, LAYOUT_IDS))
 def test_upsample2d(name: str, dtype: torch.dtype, channels_last: bool) -> None:
     args = UPSAMPLES[name]
     check_op(lambda x: F.interpolate(x, **args), make(dtype, channels_last))

@@ -22,7 +22,7 @@ import torch
 import fusebackend
 from fusebackend import indexing, ir
 from fusebackend.kernels import runtime
-from helpers import check, check_lowered, kernel_count, kernels
+from helpers import check, check_lowered, diagonal, kernel_count, kernels
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 i32, i64, b1 = torch.int32, torch.int64, torch.bool
@@ -85,8 +85,9 @@ def test_scan_shape(op: str, shape: tuple[int, ...], dim: int) -> None:
     check_lowered(lambda x: SCANS[op](x, dim), x, **tolerance(op, f32, shape[dim]))
 
 
-@pytest.mark.parametrize("layout", ["transposed", "sliced", "permuted"])
-@pytest.mark.parametrize("op", ["cumsum", "cummax", "logcumsumexp"])
+# by default each op in one of the layouts, taken in turn (pytest --full: every pair)
+@pytest.mark.parametrize("op,layout", diagonal({op: op for op in ("cumsum", "cummax", "logcumsumexp")},
+                                               {la: la for la in ("transposed", "sliced", "permuted")}))
 def test_scan_layout(op: str, layout: str) -> None:
     base = values(op, (6, 36, 3), f32)
     x = {"transposed": base[:, :, 0].t(), "sliced": base[::2, 1:35, 1], "permuted": base[:3].permute(2, 0, 1)}[layout]

@@ -1,7 +1,10 @@
 """Pads, flips, repeats, rolls and scatters into views (``lowering/views.py``) as generated
 kernels: each op against eager over dtypes, odd and tiny shapes, non-contiguous inputs and
 negative dims and pads, with no ATen fallback; fusion with producers and consumers by kernel
-count; and the generated source (clamped, never out-of-range, source indices; no gathers)."""
+count; and the generated source (clamped, never out-of-range, source indices; no gathers).
+
+The matrices of cases x dtype run each case in one dtype by default, the dtypes taken in turn
+(``by_dtype``); ``pytest --full`` runs each case in every dtype."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import fusebackend
-from helpers import check, check_lowered, kernel_count, kernels
+from helpers import Args, check, check_lowered, diagonal, kernel_count, kernels
 
 f32, bf16, i64, b1 = torch.float32, torch.bfloat16, torch.int64, torch.bool
 DTYPES = [f32, bf16, i64]
@@ -48,12 +51,18 @@ def lowered(fn: Callable[..., Any], *args: Any, kernels_expected: int | None = 1
 
 LAYOUTS = ["contiguous", "transposed", "sliced"]
 
+
+def by_dtype(cases: list[Any], spread: bool = False, join: str = "-") -> list[Any]:
+    """Params of each case (with ``spread``, a tuple of several arguments) and a dtype of DTYPES,
+    the last argument: by default each case in one dtype, taken in turn (``helpers.diagonal``)."""
+    return diagonal({join.join(map(str, c)) if spread or join != "-" else str(c): Args(c) if spread else c
+                     for c in cases}, {str(d): d for d in DTYPES})
+
 # ------------------------------------------------------------------------------------ pads
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("pad", [(1, 2), (1, 2, -1, 1), (0, 0, 2, 0), (-1, -2), (3, -1, 0, 2, 1, 1)],
-                         ids=lambda p: "_".join(map(str, p)))
+@pytest.mark.parametrize("pad,dtype", by_dtype([(1, 2), (1, 2, -1, 1), (0, 0, 2, 0), (-1, -2), (3, -1, 0, 2, 1, 1)],
+                                               join="_"))
 def test_constant_pad(dtype: torch.dtype, pad: tuple[int, ...]) -> None:
     value = 7 if dtype == i64 else -1.5
     source = lowered(lambda x: F.pad(x, pad, value=value), make((3, 4, 5), dtype))
@@ -120,8 +129,7 @@ def test_reflection_and_replication_pads_bf16_transposed(mode: str) -> None:
 # ------------------------------------------------------------------- flip, repeat, roll
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("dims", [(0,), (-1,), (0, 2), (0, 1, 2)], ids=str)
+@pytest.mark.parametrize("dims,dtype", by_dtype([(0,), (-1,), (0, 2), (0, 1, 2)]))
 def test_flip(dtype: torch.dtype, dims: tuple[int, ...]) -> None:
     lowered(lambda x: torch.flip(x, dims), make((3, 4, 5), dtype))
 
@@ -131,8 +139,7 @@ def test_flip_of_non_contiguous_input(layout: str) -> None:
     lowered(lambda x: torch.flip(x, (-1, -2)) * x, make((3, 4, 5), f32, layout))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("repeats", [(2, 1), (1, 3), (2, 1, 2), (1, 1)], ids=str)
+@pytest.mark.parametrize("repeats,dtype", by_dtype([(2, 1), (1, 3), (2, 1, 2), (1, 1)]))
 def test_repeat(dtype: torch.dtype, repeats: tuple[int, ...]) -> None:
     lowered(lambda x: x.repeat(*repeats), make((3, 5), dtype))
 
@@ -146,9 +153,8 @@ def test_repeat_and_tile_of_non_contiguous_inputs(fn: Callable[..., Any], shape:
     lowered(fn, make(shape, f32, layout))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shifts,dims", [(2, 1), (-1, 0), ((1, -2), (0, -1)), (7, 2), (3, None), (-13, None)],
-                         ids=str)
+@pytest.mark.parametrize("shifts,dims,dtype", by_dtype([(2, 1), (-1, 0), ((1, -2), (0, -1)), (7, 2), (3, None),
+                                                       (-13, None)], spread=True))
 def test_roll(dtype: torch.dtype, shifts: Any, dims: Any) -> None:
     lowered(lambda x: torch.roll(x, shifts, dims), make((3, 4, 5), dtype))
 
@@ -160,9 +166,8 @@ def test_roll_of_a_computed_transposed_tensor_is_one_kernel() -> None:
 # --------------------------------------------------------------------------- scatters
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("dim,start,end,step", [(1, 1, 4, 1), (1, 1, 6, 2), (-1, -3, None, 1), (0, None, 2, 1),
-                                                (2, 0, 7, 3), (0, 2, 3, 1)], ids=str)
+@pytest.mark.parametrize("dim,start,end,step,dtype", by_dtype(
+    [(1, 1, 4, 1), (1, 1, 6, 2), (-1, -3, None, 1), (0, None, 2, 1), (2, 0, 7, 3), (0, 2, 3, 1)], spread=True))
 def test_slice_scatter(dtype: torch.dtype, dim: int, start: Any, end: Any, step: int) -> None:
     x = make((3, 6, 7), dtype)
     src = make(tuple(x[(slice(None),) * (dim % 3) + (slice(start, end, step),)].shape), dtype)
@@ -185,17 +190,15 @@ def test_in_place_slice_update_is_one_kernel() -> None:
     lowered(fn, make((3, 5)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("dim,index", [(0, 1), (1, -1), (-1, 0), (2, 4)], ids=str)
+@pytest.mark.parametrize("dim,index,dtype", by_dtype([(0, 1), (1, -1), (-1, 0), (2, 4)], spread=True))
 def test_select_scatter(dtype: torch.dtype, dim: int, index: int) -> None:
     x = make((3, 4, 5), dtype)
     src = make(tuple(x.select(dim, index).shape), dtype)
     lowered(lambda x, s: torch.select_scatter(x, s, dim, index), x, src)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("offset,dim1,dim2", [(0, 0, 1), (1, 0, 1), (-2, 0, 1), (1, -1, 0), (0, 2, 0), (-1, 1, 2)],
-                         ids=str)
+@pytest.mark.parametrize("offset,dim1,dim2,dtype", by_dtype([(0, 0, 1), (1, 0, 1), (-2, 0, 1), (1, -1, 0), (0, 2, 0),
+                                                             (-1, 1, 2)], spread=True))
 def test_diagonal_scatter(dtype: torch.dtype, offset: int, dim1: int, dim2: int) -> None:
     x = make((4, 5, 3), dtype)
     src = make(tuple(torch.diagonal(x, offset, dim1, dim2).shape), dtype)
@@ -207,9 +210,9 @@ def test_diagonal_scatter_transposed_and_tiny(n: int, layout: str) -> None:
     lowered(lambda x, s: torch.diagonal_scatter(x, s, 0), make((n, n), f32, layout), make((n,)))
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("size,stride,offset", [((2, 2), (5, 2), 1), ((3,), (4,), 2), ((2, 3), (1, 6), 0),
-                                               ((1, 4), (9, 1), 21), ((2, 2, 2), (12, 4, 1), 3)], ids=str)
+@pytest.mark.parametrize("size,stride,offset,dtype", by_dtype(
+    [((2, 2), (5, 2), 1), ((3,), (4,), 2), ((2, 3), (1, 6), 0), ((1, 4), (9, 1), 21), ((2, 2, 2), (12, 4, 1), 3)],
+    spread=True))
 def test_as_strided_scatter(dtype: torch.dtype, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> None:
     x = make((5, 5), dtype)
     src = make(size, dtype)

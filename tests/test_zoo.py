@@ -19,19 +19,23 @@ The runner (``python -m benchmarks.zoo``) is run once on GPT-2's tiny configurat
 (its JSON, table, chart, and ``--chart-from`` on what it wrote), and its report merges results
 saved by separate runs.
 
-Which models: by default (``--zoo=sample``) the zoo's first 23 models (``FIRST_MODELS``) and a fixed
-sample of the others (``SAMPLED_MODELS``, one of each kind of layer they brought); the rest skip.
-Every model, and one model::
+Which models: by default (``--zoo=sample``) the zoo's first 23 models (``FIRST_MODELS``) but five
+whose layers the others have (``LEFT_OUT``), and a fixed sample of the others (``SAMPLED_MODELS``,
+one of each kind of layer they brought), in inference; of those, the models of ``TRAIN_SAMPLE``
+take a training step. The rest skip. Every model, each with its training step, and one model::
 
-    python -m pytest tests/test_zoo.py --zoo=all
+    python -m pytest tests/test_zoo.py --zoo=all      (or pytest --full: every sampled test)
     python -m pytest tests/test_zoo.py --zoo=all -k "[NAME]"
 
-Time on 2 cores, cold kernel cache (2026-11-23): about 2.5 minutes for the first 23 models (45 s
-of inference, 110 s of training steps, MobileNetV2's 17 blocks a quarter of it), up to twice that
-while other processes share the cores. The sample adds 96 s (2026-11-26); ``--zoo=all`` took 13.6
-minutes for the file (the 50 other models 10 minutes, the slowest MobileViT, LeViT and LongT5 at
-about a minute each). ``pytest --zoo-train=core`` trains only ``TRAIN_SET`` (GPT-2, Llama, BERT,
-T5, ViT, ResNet, MobileNetV2) and skips the other training steps.
+``--zoo-train`` picks the training steps apart from the models: ``sample`` (``TRAIN_SAMPLE``, the
+default with ``--zoo=sample``), ``all`` (every model tested; the default with ``--zoo=all``), or
+``core`` (``TRAIN_SET``: GPT-2, Llama, BERT, T5, ViT, ResNet, MobileNetV2).
+
+Time on 2 cores, cold kernel cache: the default set about 3 minutes (2026-11-27: 87 s of
+inference, 66 s of training steps, the runner's 23 s); before the training steps were sampled it
+took 6.7 minutes (257 s of training steps, MobileNetV2's 87 s in both modes the slowest).
+``--zoo=all`` took 13.6 minutes for the file (2026-11-26; the 50 other models 10 minutes, the
+slowest MobileViT, LeViT and LongT5 at about a minute each).
 """
 
 from __future__ import annotations
@@ -89,11 +93,33 @@ FIRST_MODELS = ("gpt2", "bert", "distilbert", "llama", "qwen2", "gpt_neox", "t5"
                 "timm_efficientnet_b0", "timm_convnext_tiny")
 SAMPLED_MODELS = ("gemma2", "bloom", "opt", "deberta_v2", "bart", "wav2vec2", "poolformer", "dinov2",
                   "sd_vae_decoder", "tv_deeplabv3_resnet50", "timm_coatnet_0_rw_224")
-DEFAULT_MODELS = FIRST_MODELS + SAMPLED_MODELS
+# First models the default run leaves to --zoo=all, their layers those of the others: MobileNetV2
+# (87 s on 2 cores, 35 s of inference and 52 s of training: its 17 inverted-residual blocks are
+# fixed by the architecture) and EfficientNet (31 s), whose depthwise convolutions, batch norm and
+# squeeze-and-excitation are ConvNeXt's, ResNet's and tests/test_convolutions.py's inverted residual
+# and squeeze-excitation blocks; DistilBERT (BERT's layers, fewer), Qwen2 (Llama's, with q/k/v
+# biases) and CLIP's vision tower (ViT's, with a pre-LayerNorm and the quick GELU).
+LEFT_OUT = ("mobilenet_v2", "efficientnet", "distilbert", "qwen2", "clip_vision")
+DEFAULT_MODELS = tuple(m for m in FIRST_MODELS if m not in LEFT_OUT) + SAMPLED_MODELS
+
+# The training steps of the default run: the backward graphs of each kind of model and layer.
+# GPT-2 (a causal LM: Conv1D, tied embeddings, the tanh GELU, the LM loss), Llama (RMSNorm, rotary
+# positions, the gated SiLU MLP), ViT (an encoder: LayerNorm, the erf GELU, patches), ResNet (batch
+# norm in train mode, its running statistics, max pooling), ConvNeXt (depthwise convolutions,
+# LayerNorm over channels-last maps), PoolFormer (one-group GroupNorm, average pooling) and wav2vec
+# 2.0 (GroupNorm, 1-d and weight-normed grouped convolutions, the CTC loss): 38 s on 2 cores
+# (2026-11-27). The other 17 models' steps took 220 s (T5's 15 s, MobileNetV2's 52 s); they run
+# with --zoo-train=all (the default of --zoo=all).
+TRAIN_SAMPLE = ("gpt2", "llama", "vit", "resnet", "convnext", "poolformer", "wav2vec2")
+
+
+def _full(config: pytest.Config) -> bool:
+    return bool(config.getoption("--full", default=False))
 
 
 def _available(name: str, request: pytest.FixtureRequest) -> None:
-    if request.config.getoption("--zoo", default="sample") == "sample" and name not in DEFAULT_MODELS:
+    sample = request.config.getoption("--zoo", default="sample") == "sample" and not _full(request.config)
+    if sample and name not in DEFAULT_MODELS:
         pytest.skip("not in the default sample (DEFAULT_MODELS): --zoo=all runs it")
     reason = ZOO[name].available()
     if reason is not None:
@@ -139,14 +165,24 @@ def test_zoo_inference_matches_eager(name: str, request: pytest.FixtureRequest) 
     assert not bad, f"outputs further from float64 than twice eager's distance + {OUTPUT_TOL:g}: {bad}"
 
 
-def _train_set(config: pytest.Config) -> tuple[str, ...]:
-    return TRAIN_SET if config.getoption("--zoo-train", default="all") == "core" else tuple(ZOO)
+def _train_set(config: pytest.Config) -> tuple[tuple[str, ...], str]:
+    """The models whose training step runs, and the reason the others skip."""
+    which = config.getoption("--zoo-train", default=None)
+    if which is None:
+        every = config.getoption("--zoo", default="sample") == "all" or _full(config)
+        which = "all" if every else "sample"
+    if which == "core":
+        return TRAIN_SET, "--zoo-train=core: not in TRAIN_SET"
+    if which == "sample":
+        return TRAIN_SAMPLE, "not in the default sample of training steps (TRAIN_SAMPLE): --zoo-train=all runs it"
+    return tuple(ZOO), ""
 
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) -> None:
-    if name not in _train_set(request.config):
-        pytest.skip("--zoo-train=core: not in TRAIN_SET")
+    trained, reason = _train_set(request.config)
+    if name not in trained:
+        pytest.skip(reason)
     _available(name, request)
     built = ZOO[name].build("tiny")
     model = built.model.train()
