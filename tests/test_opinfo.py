@@ -6,7 +6,7 @@ undefined: ``METADATA_ONLY``) and that no graph ran eagerly. An op known to fail
 ``EXPECTED_FAILURES`` with the failure it shows and why; it xfails on that failure only, and the
 test fails as soon as it passes, so the list stays true.
 
-By default a fixed sample of about three in ten ops runs (about 185 ops, ~1.3 minutes on 2 cores):
+By default a fixed sample of about three in ten ops runs (186 ops, ~1 minute on 2 cores):
 the ops real models use (``MODEL_OPS``) and a stable eighth of the rest chosen by a hash of the op
 name. Every op (``--full`` runs them too):
 

@@ -11,9 +11,9 @@ run (``benchmarks/compile_scaling.py``).
 
 By default the test checks a sample (``SAMPLE``: a language model's training step and an
 encoder-decoder, convnets with residuals, depthwise windows and squeeze-and-excitation, a
-windowed vision transformer), about 25 seconds on 2 cores;
-``FUSE_SCHEDULES=all`` or ``pytest --full`` checks every golden file (a few minutes). After a change that is meant to
-change schedules, write the files again, and read their diff before committing it:
+windowed vision transformer), about 22 seconds on 2 cores; ``FUSE_SCHEDULES=all`` or ``pytest
+--full`` checks every golden file (a few minutes). After a change that is meant to change
+schedules, write the files again, and read their diff before committing it:
 
     PYTHONPATH=. python -m tests.test_schedule_stability --regenerate [model_mode ...]
 

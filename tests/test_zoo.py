@@ -31,9 +31,9 @@ take a training step. The rest skip. Every model, each with its training step, a
 default with ``--zoo=sample``), ``all`` (every model tested; the default with ``--zoo=all``), or
 ``core`` (``TRAIN_SET``: GPT-2, Llama, BERT, T5, ViT, ResNet, MobileNetV2).
 
-Time on 2 cores, cold kernel cache: the default set about 3 minutes (2026-11-27: 87 s of
-inference, 66 s of training steps, the runner's 23 s); before the training steps were sampled it
-took 6.7 minutes (257 s of training steps, MobileNetV2's 87 s in both modes the slowest).
+Time on 2 cores, cold kernel cache: the default set about 2 minutes (2026-11-27: 57 s of
+inference, 36 s of training steps, the runner's 21 s); before ``LEFT_OUT`` and ``TRAIN_SAMPLE``
+it took 6.7 minutes (257 s of training steps, MobileNetV2's 87 s in both modes the slowest).
 ``--zoo=all`` took 13.6 minutes for the file (2026-11-26; the 50 other models 10 minutes, the
 slowest MobileViT, LeViT and LongT5 at about a minute each).
 """
@@ -107,7 +107,7 @@ DEFAULT_MODELS = tuple(m for m in FIRST_MODELS if m not in LEFT_OUT) + SAMPLED_M
 # positions, the gated SiLU MLP), ViT (an encoder: LayerNorm, the erf GELU, patches), ResNet (batch
 # norm in train mode, its running statistics, max pooling), ConvNeXt (depthwise convolutions,
 # LayerNorm over channels-last maps), PoolFormer (one-group GroupNorm, average pooling) and wav2vec
-# 2.0 (GroupNorm, 1-d and weight-normed grouped convolutions, the CTC loss): 38 s on 2 cores
+# 2.0 (GroupNorm, 1-d and weight-normed grouped convolutions, the CTC loss): 36 s on 2 cores
 # (2026-11-27). The other 17 models' steps took 220 s (T5's 15 s, MobileNetV2's 52 s); they run
 # with --zoo-train=all (the default of --zoo=all).
 TRAIN_SAMPLE = ("gpt2", "llama", "vit", "resnet", "convnext", "poolformer", "wav2vec2")
