@@ -27,7 +27,7 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import aot_cache, cudagraphs, metrics, sizevars, symbolic
+from fusebackend import aot_cache, attention_masks, cudagraphs, metrics, sizevars, symbolic
 from fusebackend.config import config
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.modes import Mode
@@ -287,6 +287,7 @@ def fuse(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str | No
     """The ``torch.compile`` backend: ``torch.compile(model, backend="fuse")``, with ``mode`` and
     ``options`` as ``torch.compile`` passes them (``modes.py``)."""
     parsed = Mode.parse(mode, options)  # an unknown mode or option raises here
+    attention_masks.drop_constant_masks(gm)  # before tracing picks each attention's kernel
     try:
         # upsampling reaches the graphs as ops (decompositions.py); AOTAutograd's result may
         # come from its cache (aot_cache.py)

@@ -8,6 +8,9 @@
   AOTAutograd's cache (``aot_cache.py``), not traced again;
 - ``fallbacks``: ATen ops left as extern calls, by op name;
 - ``eager_graphs``: whole graphs run eagerly after a failure;
+- ``attention_masks``: attention calls whose mask was a constant of the graph and was dropped,
+  by what the call became: ``none`` (the mask masked nothing) or ``causal`` (``is_causal=True``)
+  (``attention_masks.py``);
 - ``stage_seconds``: compile time by stage: ``dynamo`` (Dynamo's tracing of the Python, less
   the time in this backend), ``aot`` (AOTAutograd's tracing, decomposition and partition),
   ``cache`` (the cache key and looking up the entry), ``lower``, ``verify``, ``schedule``,
@@ -49,6 +52,7 @@ cache_misses: int = 0
 aot_cache_hits: int = 0
 layout_copies: int = 0
 fallbacks: collections.Counter[str] = collections.Counter()
+attention_masks: collections.Counter[str] = collections.Counter()
 stage_seconds: collections.Counter[str] = collections.Counter()
 cold_stage_seconds: collections.Counter[str] = collections.Counter()
 warm_stage_seconds: collections.Counter[str] = collections.Counter()
@@ -68,6 +72,7 @@ def reset() -> None:
     aot_cache_hits = 0
     layout_copies = 0
     fallbacks.clear()
+    attention_masks.clear()
     stage_seconds.clear()
     cold_stage_seconds.clear()
     warm_stage_seconds.clear()

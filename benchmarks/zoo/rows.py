@@ -66,6 +66,8 @@ class VariantStats:
     graphs: int | None = None  # fuse: graphs compiled
     kernels: int | None = None  # fuse: generated kernels
     fallbacks: dict[str, int] = dataclasses.field(default_factory=dict)  # fuse: ATen ops by name
+    # fuse: attention calls whose constant mask was dropped, by what they became (metrics.attention_masks)
+    attention_masks: dict[str, int] = dataclasses.field(default_factory=dict)
     # fuse: launches that took Triton's path while timed, by why (fusebackend.metrics.slow_launches)
     slow_launches: dict[str, int] = dataclasses.field(default_factory=dict)
     layout_copies: int | None = None  # fuse: ATen results copied into their declared layout in one step

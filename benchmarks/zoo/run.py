@@ -316,6 +316,7 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 stats.uncaptured = dict(m.uncaptured)
                 stats.eager_graphs, stats.graphs = m.eager_graphs, m.graphs_compiled
                 stats.fallbacks = dict(m.fallbacks.most_common())
+                stats.attention_masks = dict(m.attention_masks)
                 stats.kernels = sum(a.kernel_count for a in fusebackend.history())
                 reports = {f"{a.name}/{k}": t for a in fusebackend.history() for k, t in a.autotune.items()}
                 stats.tuned = autotune.summary(reports) if reports else {}

@@ -1,0 +1,175 @@
+"""Attention masks that are constants of the graph, dropped before AOTAutograd traces it.
+
+Under ``torch.compile`` transformers cannot look at a mask's values to see that it masks nothing
+(that would break the graph), so it builds the mask in the graph from ``arange``: an all-true
+mask for an encoder with no padding (ViT, wav2vec 2.0 in transformers 5.17), a causal one for a
+decoder given no ``attention_mask`` (Llama, GPT-2, Qwen2). Eager passes ``None`` or
+``is_causal=True`` instead. With a mask, ``scaled_dot_product_attention`` cannot take the flash
+or cuDNN kernel, and a boolean mask expanded along the key dimension (stride 0) leaves it the
+math path: two batched products and a softmax in fp32 around them, where eager runs one fused
+attention kernel (ViT-B/16 b64 and wav2vec 2.0 b8 on an H100 under both Inductor and fuse,
+2026-11-27).
+
+A mask computed from no input of the graph (no placeholder, no attribute: only ``arange``,
+arithmetic, comparisons and views of fixed sizes) is a constant. It is evaluated once here, on
+its device, and where its values prove it:
+
+- true everywhere (boolean) or zero everywhere (additive): the call gets no mask;
+- the lower triangle of a square (query length equal to key length; boolean, or additive with
+  ``-inf`` or the dtype's lowest value above the diagonal): the call gets no mask and
+  ``is_causal=True``, the same top-left alignment.
+
+Anything else, or a mask that depends on an input, is left as the model wrote it.
+``metrics.attention_masks`` counts the calls changed, by what they became.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from fusebackend import metrics
+
+_SDPA = {torch.nn.functional.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
+_MASK_ARG = 3  # attn_mask's position in (query, key, value, attn_mask, dropout_p, is_causal, scale)
+_RANDOM = ("rand", "bernoulli", "normal", "uniform", "dropout", "exponential", "multinomial", "seed", "empty")
+_MAX_NUMEL = 1 << 26  # a mask's producer larger than this is not evaluated at compile time
+
+
+def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
+    """Rewrite the SDPA calls of Dynamo's graph ``gm`` whose mask is a constant that masks
+    nothing or is causal (module docstring); returns how many calls changed."""
+    changed = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _SDPA:
+            continue
+        mask = _mask_arg(node)
+        if not isinstance(mask, torch.fx.Node):
+            continue
+        producers = _constant_producers(mask)
+        if producers is None:
+            continue
+        value = _evaluate(producers, mask)
+        became = _what_it_is(node, value) if value is not None else None
+        if became is None:
+            continue
+        _set_mask(node, None)
+        if became == "causal":
+            node.kwargs = {**node.kwargs, "is_causal": True}
+        metrics.attention_masks[became] += 1
+        _erase_unused(producers)
+        changed += 1
+    if changed:
+        gm.recompile()
+    return changed
+
+
+def _mask_arg(node: torch.fx.Node) -> Any:
+    if "attn_mask" in node.kwargs:
+        return node.kwargs["attn_mask"]
+    return node.args[_MASK_ARG] if len(node.args) > _MASK_ARG else None
+
+
+def _set_mask(node: torch.fx.Node, value: Any) -> None:
+    if "attn_mask" in node.kwargs:
+        node.kwargs = {**node.kwargs, "attn_mask": value}
+    else:
+        node.args = (*node.args[:_MASK_ARG], value, *node.args[_MASK_ARG + 1:])
+
+
+def _constant_producers(mask: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The nodes ``mask`` is computed from, in graph order, if none reads an input, an attribute
+    or a random number generator, and none is larger than ``_MAX_NUMEL``; else None."""
+    seen: set[torch.fx.Node] = set()
+    stack = [mask]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op not in ("call_function", "call_method"):
+            return None  # placeholder, get_attr, call_module
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if not isinstance(name, str) or any(word in name.lower() for word in _RANDOM):
+            return None
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            return None
+        if node.op == "call_method" and name.endswith("_") and not name.startswith("__"):
+            return None  # an in-place method
+        example = node.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and example.numel() > _MAX_NUMEL:
+            return None
+        stack.extend(node.all_input_nodes)
+    return [node for node in mask.graph.nodes if node in seen]
+
+
+def _evaluate(producers: list[torch.fx.Node], mask: torch.fx.Node) -> torch.Tensor | None:
+    """Run ``producers`` (graph order) eagerly and return the mask's value, or None where that
+    fails (the mask is then left alone)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    env: dict[torch.fx.Node, Any] = {}
+
+    def value(arg: Any) -> Any:
+        return torch.fx.node.map_arg(arg, lambda n: env[n])
+
+    try:
+        with unset_fake_temporarily(), torch.no_grad():
+            for node in producers:
+                args, kwargs = value(node.args), value(node.kwargs)
+                if node.op == "call_method":
+                    env[node] = getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    env[node] = node.target(*args, **kwargs)
+    except Exception:  # anything unexpected: the mask stays in the graph
+        return None
+    result = env[mask]
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def _what_it_is(sdpa: torch.fx.Node, mask: torch.Tensor) -> str | None:
+    """"none" where ``mask`` masks nothing, "causal" where it is the square causal pattern and
+    the call is not causal already, else None."""
+    query, key = (_example(sdpa.args[i] if len(sdpa.args) > i else sdpa.kwargs.get(name))
+                  for i, name in ((0, "query"), (1, "key")))
+    if query is None or key is None:
+        return None
+    scores = (*query.shape[:-1], key.shape[-2])
+    try:  # the mask must not widen the scores' shape (then it decides the output's)
+        if tuple(torch.broadcast_shapes(tuple(mask.shape), scores)) != scores:
+            return None
+    except RuntimeError:
+        return None
+    if mask.dtype == torch.bool:
+        keep, drop = mask, ~mask
+    elif mask.is_floating_point():
+        keep = mask == 0
+        drop = (mask == float("-inf")) | (mask == torch.finfo(mask.dtype).min)
+    else:
+        return None
+    if not bool((keep | drop).all()):
+        return None
+    if bool(keep.all()):
+        return "none"
+    length = scores[-1]
+    causal_now = sdpa.kwargs.get("is_causal", sdpa.args[5] if len(sdpa.args) > 5 else False)
+    if scores[-2] != length or causal_now is not False or mask.dim() < 2:
+        return None
+    lower = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+    return "causal" if bool((keep == lower).all()) else None
+
+
+def _example(arg: Any) -> torch.Tensor | None:
+    if isinstance(arg, torch.fx.Node):
+        example = arg.meta.get("example_value")
+        return example if isinstance(example, torch.Tensor) else None
+    return None
+
+
+def _erase_unused(producers: list[torch.fx.Node]) -> None:
+    for node in reversed(producers):
+        if not node.users:
+            node.graph.erase_node(node)
+
