@@ -11,6 +11,7 @@ import torch
 from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler, sizevars, symbolic
 from fusebackend.config import config, use_interpreter
 from fusebackend.kernels import autotune, precompile, runtime
+from fusebackend.lowering.mutations import order_hazards
 
 
 @dataclasses.dataclass
@@ -55,14 +56,21 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
     # heuristics read symbolic sizes at this call's (sizevars.size_hint)
     with sizevars.hinted(symbolic.binding(_module(gm), args) if symbolic_sizes else {}), \
             sizevars.noting_declines(strict=symbolic_sizes and config.symbolic == "auto") as declined:
-        with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
-            gm = _module(gm)
-            graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes)
-        _check_device(graph.device)
-        with metrics.timed("verify", seconds):  # the IR's invariants
-            ir.verify(graph)
-        with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
-            sched = scheduler.schedule(graph)
+        gm = _module(gm)
+        copied: frozenset[str] = frozenset()
+        while True:
+            with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
+                graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes, copied)
+            _check_device(graph.device)
+            with metrics.timed("verify", seconds):  # the IR's invariants
+                ir.verify(graph)
+            with metrics.timed("schedule", seconds):  # fusion groups by bytes saved, in execution order
+                sched = scheduler.schedule(graph)
+            # an input written in place that a later kernel reads: lowered again, ATen copies it
+            hazards = order_hazards(sched.steps, graph)
+            if not hazards:
+                break
+            copied |= hazards
         with metrics.timed("codegen", seconds):  # Triton source per group, Python wrapper per graph
             kernels = codegen.generate_all(sched, runtime.use_pdl(graph.device), tune=autotune)
             wrapper = codegen.generate_wrapper(sched, kernels, moved, observe=config.check_kernels)

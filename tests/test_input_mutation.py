@@ -151,3 +151,97 @@ def test_in_place_reason_names_what_blocks_it() -> None:
     assert "another element" in in_place_reason(graph(shifted, write_shifted), write_shifted, x)
     assert "result of its own" in in_place_reason(graph(scaled, write, outputs=(scaled.buffer,)), write, x)
     assert "returns it" in in_place_reason(graph(scaled, write, outputs=(x,)), write, x)
+
+
+def test_an_optimizer_step_writes_parameters_and_moments_in_place() -> None:
+    # AdamW: the parameter's new value reads the new moments, whose copies overwrite the moments'
+    # inputs; each parameter's kernel reads the old moments and stores all three in place. The
+    # step counters (0-dim, read by every element of the parameter's update) are copied by ATen
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.GELU(), torch.nn.Linear(24, 5))
+    twin = copy.deepcopy(model)
+    make = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1, foreach=True)  # noqa: E731
+    opt, twin_opt = make(model), make(twin)
+    step = torch.compile(opt.step, backend="fuse")
+    for _ in range(3):
+        x = torch.randn(7, 12)
+        for m in (model, twin):
+            m.zero_grad()
+            m(x).pow(2).sum().backward()
+        step()
+        twin_opt.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(opt.state[p][key], twin_opt.state[q][key], atol=1e-6, rtol=1e-5)
+    (graph,) = fusebackend.history()
+    kernels = [line for line in graph.schedule.splitlines() if line.startswith("  kernel")]
+    assert sum(line.count("(into input") == 3 for line in kernels) == 4, graph.schedule  # p, m, v
+    copies = [line for line in graph.schedule.splitlines() if "aten.copy_" in line and line.startswith("  extern")]
+    assert len(copies) == 4 and all("of another shape, reads it" in line for line in copies), copies
+    assert fusebackend.metrics.fallbacks["copy_"] == 4
+
+
+def test_two_inputs_swapped_in_place() -> None:
+    # each copy reads the other's input at its own element: one kernel reads both, then stores both
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        old = x.clone()
+        x.copy_(y * 2)
+        y.copy_(old + 1)
+        return x.new_ones(())
+
+    (xe, ye), (xc, yc) = _run_both(fn, torch.randn(33, 4), torch.randn(33, 4))
+    assert_same(xc, xe)
+    assert_same(yc, ye)
+    schedule = _schedule()
+    assert "(into input arg0)" in schedule and "(into input arg1)" in schedule
+    assert not fusebackend.metrics.fallbacks
+
+
+def test_a_schedule_that_reads_an_input_after_writing_it_is_lowered_again_with_aten_copies(monkeypatch) -> None:
+    import fusebackend.pipeline as pipeline
+
+    seen: list[dict[str, str]] = []
+    real = pipeline.order_hazards
+
+    def first_time_hazard(steps: Any, graph: Any) -> set[str]:
+        seen.append(dict(graph.mutations))
+        return set(graph.mutations.values()) if len(seen) == 1 else real(steps, graph)
+
+    monkeypatch.setattr(pipeline, "order_hazards", first_time_hazard)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.mul_(y)
+        return y.sum()
+
+    (xe, _), (xc, _) = _run_both(fn, torch.randn(17, 3), torch.randn(17, 3))
+    assert_same(xc, xe)
+    assert seen[0] == {next(iter(seen[0])): "arg0"} and seen[1] == {}
+    assert "not in place: the schedule read the input after the kernel writing it" in _schedule()
+    assert fusebackend.metrics.fallbacks["copy_"] == 1
+
+
+def test_order_hazards_finds_a_read_after_the_write() -> None:
+    import types
+
+    from fusebackend import indexing, ir
+    from fusebackend.lowering.mutations import order_hazards
+
+    x = ir.Buffer("arg0", torch.float32, (8,), (1,))
+    y = ir.Buffer("arg1", torch.float32, (8,), (1,))
+    (i,) = indexing.loop_vars("i", 1)
+
+    def pointwise(name: str, body: ir.Expr) -> ir.Pointwise:
+        return ir.Pointwise(ir.Buffer(name, torch.float32, (8,), (1,)), body, name)
+
+    write_x = pointwise("buf0", ir.op("mul", ir.Load(x.whole(), (i,)), ir.Constant(0.5, torch.float32)))
+    halved = pointwise("buf1", ir.op("add", ir.Load(x.whole(), (i,)), ir.Load(y.whole(), (i,))))
+    write_y = pointwise("buf2", ir.Load(halved.buffer.whole(), (i,)))
+    graph = ir.IRGraph("g", torch.device("cpu"), [x, y], [write_x, halved, write_y], [],
+                       mutations={"buf0": "arg0", "buf2": "arg1"})
+    step = lambda *nodes, anchor=None: types.SimpleNamespace(nodes=nodes, space=types.SimpleNamespace(anchor=anchor))  # noqa: E731
+    assert order_hazards([step(halved, write_y), step(write_x)], graph) == set()
+    assert order_hazards([step(write_x), step(halved, write_y)], graph) == {"arg0"}
+    assert order_hazards([step(write_x, halved, write_y)], graph) == set()  # pointwise: loads before stores
+    # in a reduction's kernel a store may come before a later load: x read for y's copy is a hazard
+    assert order_hazards([step(write_x, halved, write_y, anchor=object())], graph) == {"arg0"}

@@ -2,7 +2,8 @@
 compiling the optimizer writes it) against eager's optimizer on a copy of the same model: the
 parameters after three steps, and what is left of the step as ATen calls. Every ``_foreach_*``
 op and ``prims.fma`` (lerp's decomposition, in the for-loop AdamW) is lowered
-(``fusebackend/foreach.py``), so only the copies back into the parameters and states remain."""
+(``fusebackend/foreach.py``); the parameters and moments are written in place by the kernels
+that compute them (``lowering/mutations.py``, tested in ``test_input_mutation.py``)."""
 
 from __future__ import annotations
 

@@ -30,9 +30,11 @@ from __future__ import annotations
 import cProfile
 import difflib
 import os
-import pstats
 import pathlib
+import pstats
 import sys
+
+from typing import Callable
 
 import pytest
 import torch
@@ -143,6 +145,26 @@ def _ladder(blocks: int) -> ir.IRGraph:
     return graph
 
 
+def _optimizer_ladder(params: int) -> ir.IRGraph:
+    """An Adam-like step over ``params`` parameters, functionalized as AOTAutograd leaves it: the
+    parameters and moments copied back in place by their kernels, and each parameter's step
+    counter (0-dim, read by every element of its update) copied back by ATen, a mutation that
+    orders every node before it against every node after it."""
+
+    def fn(*tensors: torch.Tensor) -> None:
+        for p, m, step in zip(tensors[0::3], tensors[1::3], tensors[2::3]):
+            step.add_(1)
+            m.mul_(0.9).add_(p * 0.1)
+            p.sub_(0.01 * m / (1 - 0.9 ** step))
+
+    args = [t for _ in range(params) for t in (torch.randn(4, 3), torch.randn(4, 3), torch.tensor(1.0))]
+    functional = torch.func.functionalize(fn, remove="mutations_and_views")
+    gm = torch.fx.experimental.proxy_tensor.make_fx(functional)(*args)
+    graph, _ = lowering.lower(gm, list(args), f"optimizer_{params}")
+    assert sum(isinstance(n, ir.Extern) and n.mutates for n in graph.nodes) == params
+    return graph
+
+
 def _work(graph: ir.IRGraph) -> dict[str, int]:
     """What ``scheduler.schedule(graph)`` does, counted: legality checks (``fusion.why_not``),
     and Python function calls in all (cProfile's count, deterministic where seconds are not).
@@ -169,11 +191,14 @@ def _work(graph: ir.IRGraph) -> dict[str, int]:
     return {"legality checks": checks, "calls": pstats.Stats(profile).total_calls}
 
 
-def test_fusion_work_is_linear() -> None:
+@pytest.mark.parametrize("ladder", [_ladder, _optimizer_ladder], ids=["residual-stack", "optimizer-step"])
+def test_fusion_work_is_linear(ladder: Callable[[int], ir.IRGraph]) -> None:
     """Per IR node, scheduling a stack of 4N blocks does about the work of N blocks: candidates
     are found through kept indexes and each check costs what its two groups hold, not what
-    the graph holds. (The ratio is a little above 1: the first and last blocks fuse less.)"""
-    small, large = _ladder(8), _ladder(32)
+    the graph holds. (The ratio is a little above 1: the first and last blocks fuse less.) An
+    optimizer step's N mutations of its step counters order the graph with N edges, not one
+    to every node before each."""
+    small, large = ladder(8), ladder(32)
     n_small, n_large = len(small.nodes), len(large.nodes)
     assert n_large > 3 * n_small
     work_small, work_large = _work(small), _work(large)

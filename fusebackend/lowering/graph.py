@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import warnings
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 import torch.fx
@@ -41,7 +41,7 @@ from fusebackend import indexing, ir, metrics, sizevars, symbolic
 from fusebackend.lowering import layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
-from fusebackend.lowering.mutations import in_place_reason
+from fusebackend.lowering.mutations import in_place_copies
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.symbolic_sizes import SymbolicSizes
 from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
@@ -84,8 +84,10 @@ class GraphLowering(SymbolicSizes, IRBuilder):
     """Walks an ATen FX graph for concrete inputs, lowering each op (the module docstring)."""
 
     def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
-                 user_outputs: int | None = None, symbolic_sizes: bool = False) -> None:
+                 user_outputs: int | None = None, symbolic_sizes: bool = False,
+                 copied: Collection[str] = ()) -> None:
         self.gm = gm
+        self.copied = copied  # inputs that ATen copies into, never written in place (lower())
         self.symbolic = symbolic_sizes  # sizes as Dynamo's symbols, for all their values (lower())
         self.args = list(args)
         self.name = name
@@ -180,15 +182,15 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
                            constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign),
                            shape_env=sizevars.shape_env_of(self.gm) if self.symbolic else None)
+        in_place, refused = in_place_copies(graph, [(c, t) for c, t, _ in self.copies], self.copied)
+        graph.mutations.update(in_place)
         for copy, target, meta in self.copies:
-            reason = in_place_reason(graph, copy, target)
-            if reason is None and target.name not in graph.mutations.values():
-                graph.mutations[copy.buffer.name] = target.name
+            if copy.buffer.name in in_place:
                 continue
             # written after everything else instead, by ATen (an extern mutation is a barrier)
             self.node = None
             self.extern(aten.copy_.default, (TensorArg(target.whole(), meta), TensorArg(copy.buffer.whole(), meta)),
-                        {}, meta, reason=f"not in place: {reason or 'the input is written twice'}")
+                        {}, meta, reason=f"not in place: {refused[copy.buffer.name]}")
         return graph
 
     def _effectful(self, args: Any, kwargs: Any) -> Any:
@@ -519,13 +521,14 @@ class GraphLowering(SymbolicSizes, IRBuilder):
 
 
 def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs: int | None = None,
-          symbolic_sizes: bool = False) -> tuple[ir.IRGraph, list[int]]:
+          symbolic_sizes: bool = False, copied: Collection[str] = ()) -> tuple[ir.IRGraph, list[int]]:
     """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device.
 
     ``user_outputs``: how many of the graph's first outputs the user sees (the rest are saved for
     a backward graph); these keep eager's layouts. None: all of them. ``symbolic_sizes``: sizes
-    stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``."""
-    lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes)
+    stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``.
+    ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
+    lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied)
     graph = lowering.run()
     graph = prove_positions(graph)  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs

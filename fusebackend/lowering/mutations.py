@@ -1,23 +1,32 @@
-"""When an ``aten.copy_`` into a graph input may be written in place by the kernel computing it.
+"""Which ``aten.copy_`` into graph inputs may be written in place by the kernels computing them.
 
-AOTAutograd leaves input mutations (batch norm's running statistics, ``x.add_(y)``) at the end of
-the graph as ``copy_(input, value)``. Lowering makes ``value`` a pointwise node with the input's
-layout; the wrapper can then pass the input's memory as that node's output, so no copy runs.
-That is safe when nothing but the node needs the input's old contents once the node has run:
+AOTAutograd leaves input mutations (batch norm's running statistics, ``x.add_(y)``, an
+optimizer's parameters and states) at the end of the graph as ``copy_(input, value)``. Lowering
+makes ``value`` a pointwise node with the input's layout; the wrapper can then pass the input's
+memory as that node's output, so no copy runs. The copies are taken together: an optimizer step
+computes a parameter's new value from the new moments, whose copies write the moments' inputs, so
+one copy's value reads what another copy overwrites. A set of copies is written in place when,
+with ``T`` the inputs they write:
 
-- every node that reads the input, directly or through other nodes, is pointwise, is not a
-  result of the graph, and flows only into the copy;
-- the copy's value at each element, with those nodes inlined, reads the input at that element
-  alone (no gather of it either).
+- every node that reads an input of ``T``, directly or through other nodes, is pointwise, is not
+  a result of the graph, and flows only into copies of the set;
+- each copy's value at each element, with those nodes inlined, reads each input of ``T`` at that
+  same element alone (same sizes, no gather).
 
-Then each lane of the kernel that stores the copy reads its element before it writes it, and no
-other lane, program or later kernel reads it. Otherwise the graph copies with ATen after
-everything else, as for any mutation.
+Then the lane that stores an element reads the old values of that element only, so kernels that
+compute the copies read every input of ``T`` before storing into it, provided the schedule runs
+no kernel that reads an input of ``T`` after the kernel that writes it. That is checked on the
+schedule (``order_hazards``); where it fails the graph is lowered again with those inputs
+copied by ATen. A copy that fails the conditions is refused with its reason and the conditions
+are taken again without it: refused copies are made by ATen after everything else, as for any
+mutation, and the schedule says why.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from typing import Any, Collection, Iterable, Sequence
 
 import sympy
 
@@ -26,42 +35,153 @@ from fusebackend.inlining import substitute
 
 
 def in_place_reason(graph: ir.IRGraph, copy: ir.Pointwise, target: ir.Buffer) -> str | None:
-    """Why ``copy`` cannot write its value into input ``target`` in place; None when it can."""
+    """Why ``copy`` alone cannot write its value into input ``target`` in place; None when it can."""
+    return in_place_copies(graph, [(copy, target)])[1].get(copy.buffer.name)
+
+
+def in_place_copies(graph: ir.IRGraph, copies: Sequence[tuple[ir.Pointwise, ir.Buffer]],
+                    copied: Collection[str] = ()) -> tuple[dict[str, str], dict[str, str]]:
+    """The copies of ``copies`` (node, input) written in place, as {copy buffer: input}, and
+    the others, as {copy buffer: why not}. ``copied``: inputs to copy by ATen in any case (a
+    schedule that read them after writing them, ``order_hazards``)."""
+    refused: dict[str, str] = {}
+    writes = collections.Counter(target.name for _, target in copies)
+    taken: dict[str, tuple[ir.Pointwise, ir.Buffer]] = {}
+    for copy, target in copies:
+        if writes[target.name] > 1:
+            refused[copy.buffer.name] = "the input is written twice"
+        elif target.name in copied:
+            refused[copy.buffer.name] = "the schedule read the input after the kernel writing it"
+        else:
+            taken[copy.buffer.name] = (copy, target)
+    while taken:
+        blamed = _blame(graph, taken, {c.buffer.name for c, _ in copies} - taken.keys())
+        if not blamed:
+            break
+        for name, (_, target) in list(taken.items()):
+            if target.name in blamed:
+                refused[name] = blamed[target.name]
+                del taken[name]
+    return {name: target.name for name, (_, target) in taken.items()}, refused
+
+
+def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
+           by_aten: set[str]) -> dict[str, str]:
+    """{input: why} for the inputs of ``taken`` whose copies break the conditions (module
+    docstring); ``by_aten``: copies into inputs that ATen makes at the end (they read their
+    value after every kernel)."""
+    targets = {target.name: target for _, target in taken.values()}
     returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
-    if target.name in returned or copy.buffer.name in returned:
-        return "the graph returns it"
-    tainted: dict[str, ir.Node] = {}  # nodes whose values depend on the input's contents
+    blamed: dict[str, str] = {}
+
+    def blame(inputs: Iterable[str], why: str) -> None:
+        for name in inputs:
+            blamed.setdefault(name, why)
+
+    for name in targets.keys() & returned:
+        blame([name], "the graph returns it")
+    sources: dict[str, frozenset[str]] = {}  # node -> the inputs of ``targets`` its value depends on
     readers: dict[str, int] = {}
+    tainted: dict[str, ir.Node] = {}
     for node in graph.nodes:
         names = {v.buffer.name for v in node.reads()}
         for name in names:
             readers[name] = readers.get(name, 0) + 1
-        if target.name in names or names & tainted.keys():
-            tainted[node.name] = node
-    if readers.get(copy.buffer.name):
-        return "something reads the copy"
-    expanded: dict[str, ir.Pointwise] = {}  # tainted nodes with the tainted nodes they read inlined
-    for node in tainted.values():
-        if node is copy:
+        found = frozenset(names & targets.keys()).union(*(sources[n] for n in names if n in sources))
+        if found:
+            sources[node.name], tainted[node.name] = found, node
+    for name, (_, target) in taken.items():
+        if readers.get(name) or name in returned:
+            blame([target.name], "something reads the copy")
+    for name, node in tainted.items():
+        if name in taken:
             continue
         if not isinstance(node, ir.Pointwise):
-            return f"{node.name} reads the input and is not pointwise"
-        if node.name in returned or not readers.get(node.name):
-            return f"{node.name} reads the input and is a result of its own"
-        expanded[node.name] = dataclasses.replace(node, body=substitute(node, expanded))
-    value = substitute(copy, expanded)
-    ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
-    ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
-    unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
-    written = indexing.ravel(list(ivars), target.strides, 0)
-    for load in ir.loads(value):
-        if load.view.buffer.name not in tainted.keys() | {target.name}:
+            blame(sources[name], f"{name} reads the input and is not pointwise")
+        elif name in by_aten:
+            blame(sources[name], f"{name} reads the input and is copied into another input by ATen")
+        elif name in returned or not readers.get(name):
+            blame(sources[name], f"{name} reads the input and is a result of its own")
+    if blamed:
+        return blamed
+    expanded: dict[str, ir.Pointwise] = {}  # tainted nodes with the tainted nodes they read inlined
+    for name, node in tainted.items():
+        if name not in taken:
+            assert isinstance(node, ir.Pointwise)
+            expanded[name] = dataclasses.replace(node, body=substitute(node, expanded))
+    for name, (copy, _) in taken.items():
+        ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
+        ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
+        unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
+        for load in ir.loads(substitute(copy, expanded)):
+            read_name = load.view.buffer.name
+            if read_name in sources:  # every plain load of a tainted node is inlined
+                blame(sources[read_name], f"{read_name} is read from memory")
+                continue
+            if read_name not in targets:
+                continue
+            target = targets[read_name]
+            if isinstance(load, ir.IndirectLoad):
+                blame([read_name], f"a gather reads {read_name}")
+            elif target.sizes != copy.buffer.sizes:
+                blame([read_name], f"{name}, of another shape, reads it")
+            else:
+                read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
+                written = indexing.ravel(list(ivars), target.strides, 0)
+                if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
+                    blame([read_name], "its value reads the input at another element")
+    return blamed
+
+
+def order_hazards(steps: Sequence[Any], graph: ir.IRGraph) -> set[str]:
+    """The inputs written in place (``graph.mutations``) that the schedule may read after writing
+    them: a step of ``steps`` (its kernels and extern calls, in order) that reads one after the
+    step that writes it, or, inside a reduction or scan kernel (whose stores are not all at the
+    end), a value that flows into the copy into another input reading it."""
+    mutations = graph.mutations
+    writer: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for node in _nodes(step):
+            for buf in ir.written_buffers(node):
+                if buf.name in mutations:
+                    writer[mutations[buf.name]] = k
+    hazards: set[str] = set()
+    flows: dict[str, set[str]] | None = None
+    for k, step in enumerate(steps):
+        for node in _nodes(step):
+            hazards |= {v.buffer.name for v in node.reads() if writer.get(v.buffer.name, k) < k}
+        if getattr(getattr(step, "space", None), "anchor", None) is None:
+            continue  # a pointwise kernel or an extern call: every load before every store
+        written = {t for t, w in writer.items() if w == k}
+        if not written:
             continue
-        if isinstance(load, ir.IndirectLoad):
-            return f"a gather reads {load.view.buffer.name}"
-        if load.view.buffer.name != target.name:  # every plain load of a tainted node is inlined
-            return f"{load.view.buffer.name} is read from memory"
-        read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
-        if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
-            return "its value reads the input at another element"
-    return None
+        if flows is None:
+            flows = _copies_fed(graph)
+        for node in _nodes(step):
+            for target in {v.buffer.name for v in node.reads()} & written:
+                into = flows.get(node.name, set()) | ({mutations[node.name]} if node.name in mutations else set())
+                if into - {target}:
+                    hazards.add(target)
+    return hazards
+
+
+def _copies_fed(graph: ir.IRGraph) -> dict[str, set[str]]:
+    """For each node, the inputs written in place by copies its value flows into."""
+    readers: dict[str, list[str]] = collections.defaultdict(list)
+    for node in graph.nodes:
+        for v in node.reads():
+            readers[v.buffer.name].append(node.name)
+    flows: dict[str, set[str]] = {}
+    for node in reversed(graph.nodes):
+        into: set[str] = set()
+        for buf in ir.written_buffers(node):
+            for reader in readers.get(buf.name, ()):
+                into |= flows.get(reader, set())
+                if reader in graph.mutations:
+                    into.add(graph.mutations[reader])
+        flows[node.name] = into
+    return flows
+
+
+def _nodes(step: Any) -> tuple[ir.Node, ...]:
+    return step.nodes if hasattr(step, "nodes") else (step.node,)

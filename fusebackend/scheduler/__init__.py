@@ -84,8 +84,10 @@ class Schedule:
                 )
                 k += 1
             else:
+                # a mutation says why it is an ATen call (a copy into an input not written in place)
+                what = step.node.origin if step.node.mutates and step.node.origin else step.node.op
                 lines.append(
-                    f"  extern {step.node.name}: {step.node.op}"
+                    f"  extern {step.node.name}: {what}"
                     f"  | read {format_bytes(step.bytes_read)}, write {format_bytes(step.bytes_written)}"
                 )
         ratio = f" ({self.total_bytes / self.floor_bytes:.2f}x)" if self.floor_bytes else ""

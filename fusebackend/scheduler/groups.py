@@ -31,14 +31,19 @@ class Groups:
         self.pred: dict[str, set[str]] = {n.name: set() for n in graph.nodes}
         barrier: str | None = None
         collective: str | None = None
-        seen: list[str] = []
+        since: list[str] = []  # the nodes after the last mutation, and that mutation
         for node in graph.nodes:
             deps = {producers[v.buffer.name] for v in node.reads() if v.buffer.name in producers}
             if barrier is not None:
                 deps.add(barrier)
             if isinstance(node, ir.Extern) and node.mutates:
-                deps.update(seen)  # a mutation waits for every earlier node, and blocks later ones
+                # a mutation waits for every earlier node, and blocks later ones; the nodes before
+                # the last mutation it waits for through that one (an edge to each would make
+                # an optimizer step's copies into its step counters, one per parameter, square
+                # in the parameters)
+                deps.update(since)
                 barrier = node.name
+                since = []
             if ir.is_collective(node):
                 # collectives (and their waits) keep the graph's order among themselves: every
                 # process issues them in the same order, whatever order the rest takes
@@ -48,7 +53,7 @@ class Groups:
             for d in deps:
                 self.succ[d].add(node.name)
                 self.pred[node.name].add(d)
-            seen.append(node.name)
+            since.append(node.name)
         self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
         self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
         self._buffers_read: dict[str, list[str]] = {}
