@@ -31,11 +31,16 @@ import torch
 import torch.fx
 
 from fusebackend import metrics
+from fusebackend.constants import constant_ancestry, evaluate
 
 _SDPA = {torch.nn.functional.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
 _MASK_ARG = 3  # attn_mask's position in (query, key, value, attn_mask, dropout_p, is_causal, scale)
-_RANDOM = ("rand", "bernoulli", "normal", "uniform", "dropout", "exponential", "multinomial", "seed", "empty")
 _MAX_NUMEL = 1 << 26  # a mask's producer larger than this is not evaluated at compile time
+
+
+def _too_large(node: torch.fx.Node) -> bool:
+    example = node.meta.get("example_value")
+    return isinstance(example, torch.Tensor) and example.numel() > _MAX_NUMEL
 
 
 def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
@@ -48,11 +53,14 @@ def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
         mask = _mask_arg(node)
         if not isinstance(mask, torch.fx.Node):
             continue
-        producers = _constant_producers(mask)
-        if producers is None:
+        producers = constant_ancestry(mask, attributes=False)  # a get_attr may be a buffer that changes
+        if producers is None or any(_too_large(n) for n in producers):
             continue
-        value = _evaluate(producers, mask)
-        became = _what_it_is(node, value) if value is not None else None
+        env = evaluate(producers, gm)
+        value = env.get(mask) if env is not None else None
+        if not isinstance(value, torch.Tensor):
+            continue
+        became = _what_it_is(node, value)
         if became is None:
             continue
         _set_mask(node, None)
@@ -77,56 +85,6 @@ def _set_mask(node: torch.fx.Node, value: Any) -> None:
         node.kwargs = {**node.kwargs, "attn_mask": value}
     else:
         node.args = (*node.args[:_MASK_ARG], value, *node.args[_MASK_ARG + 1:])
-
-
-def _constant_producers(mask: torch.fx.Node) -> list[torch.fx.Node] | None:
-    """The nodes ``mask`` is computed from, in graph order, if none reads an input, an attribute
-    or a random number generator, and none is larger than ``_MAX_NUMEL``; else None."""
-    seen: set[torch.fx.Node] = set()
-    stack = [mask]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op not in ("call_function", "call_method"):
-            return None  # placeholder, get_attr, call_module
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if not isinstance(name, str) or any(word in name.lower() for word in _RANDOM):
-            return None
-        if isinstance(node.target, torch._ops.HigherOrderOperator):
-            return None
-        if node.op == "call_method" and name.endswith("_") and not name.startswith("__"):
-            return None  # an in-place method
-        example = node.meta.get("example_value")
-        if isinstance(example, torch.Tensor) and example.numel() > _MAX_NUMEL:
-            return None
-        stack.extend(node.all_input_nodes)
-    return [node for node in mask.graph.nodes if node in seen]
-
-
-def _evaluate(producers: list[torch.fx.Node], mask: torch.fx.Node) -> torch.Tensor | None:
-    """Run ``producers`` (graph order) eagerly and return the mask's value, or None where that
-    fails (the mask is then left alone)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-    env: dict[torch.fx.Node, Any] = {}
-
-    def value(arg: Any) -> Any:
-        return torch.fx.node.map_arg(arg, lambda n: env[n])
-
-    try:
-        with unset_fake_temporarily(), torch.no_grad():
-            for node in producers:
-                args, kwargs = value(node.args), value(node.kwargs)
-                if node.op == "call_method":
-                    env[node] = getattr(args[0], node.target)(*args[1:], **kwargs)
-                else:
-                    env[node] = node.target(*args, **kwargs)
-    except Exception:  # anything unexpected: the mask stays in the graph
-        return None
-    result = env[mask]
-    return result if isinstance(result, torch.Tensor) else None
 
 
 def _what_it_is(sdpa: torch.fx.Node, mask: torch.Tensor) -> str | None:

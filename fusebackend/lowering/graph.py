@@ -38,6 +38,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from fusebackend import indexing, ir, metrics, sizevars, symbolic
+from fusebackend.constants import fold_foreign
 from fusebackend.lowering import layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
@@ -529,6 +530,8 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``.
     ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
     lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied)
+    # CPU tensors a CUDA graph makes from constants: made once, here, not at every call
+    fold_foreign(gm, lowering.device)
     graph = lowering.run()
     graph = prove_positions(graph)  # gathers whose indices are known in range: no check
     return graph, lowering.moved_inputs
