@@ -120,3 +120,37 @@ def test_a_step_over_more_tensors_than_decomposed_keeps_the_foreach_calls() -> N
     for got, want in zip(params, twins):
         torch.testing.assert_close(got, want)
     assert any(k.startswith("_foreach") for k in fusebackend.metrics.fallbacks), dict(fusebackend.metrics.fallbacks)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["default", "reduce-overhead"])
+def test_a_whole_training_step_compiled_matches_eager(mode: str | None) -> None:
+    # forward, backward, opt.step() and zero_grad() in one compiled function, as users write it:
+    # Dynamo breaks the graph at backward(); the forward, the backward and the step are compiled
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.LayerNorm(24), torch.nn.GELU(), torch.nn.Linear(24, 5))
+    twin = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    twin_opt = torch.optim.AdamW(twin.parameters(), lr=1e-2, foreach=True)
+
+    def train_step(m: torch.nn.Module, o: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss.detach()
+
+    compiled = torch.compile(train_step, backend="fuse", mode=mode)
+    for _ in range(3):
+        x, y = torch.randn(7, 12), torch.randn(7, 5)
+        torch.testing.assert_close(compiled(model, opt, x, y), train_step(twin, twin_opt, x, y), atol=1e-5, rtol=1e-4)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
+        assert p.grad is None
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(opt.state[p][key], twin_opt.state[q][key], atol=1e-5, rtol=1e-4)
+    m = fusebackend.metrics
+    assert m.eager_graphs == 0
+    names = [a.name.split("_")[0] for a in fusebackend.history()]
+    assert {"forward", "backward", "inference"} <= set(names), names
+    step_graph = next(a for a in fusebackend.history() if a.name.startswith("inference"))
+    assert step_graph.schedule.count("(into input") == 18  # 6 parameters and their two moments
