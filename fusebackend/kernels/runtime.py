@@ -55,6 +55,7 @@ def _decorating() -> Iterator[None]:
 
     knobs = getattr(triton, "knobs", None)  # absent in older Tritons: TRITON_INTERPRET decided
     saved = knobs.runtime.interpret if knobs is not None else None
+    environment = os.environ.get("TRITON_INTERPRET")
     if knobs is not None:
         knobs.runtime.interpret = use_interpreter()
     try:
@@ -64,6 +65,13 @@ def _decorating() -> Iterator[None]:
     finally:
         if knobs is not None:
             knobs.runtime.interpret = saved
+            # setting a knob writes the environment variable too: left so, TRITON_INTERPRET=0
+            # would reach every process the user starts after (one that picks the interpreter
+            # where it is unset would not)
+            if environment is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = environment
 
 
 def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType:
@@ -362,7 +370,7 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     if use_interpreter():
         # The interpreter runs each program in Python: few, large blocks are fastest.
         return {"XBLOCK": min(_next_pow2(numel), 1 << 16)}
-    # Measured on an H200 (benchmarks/sweep.py): 32 bytes of each tensor per thread. bf16 in
+    # Measured on an H200 (benchmarks/studies/sweep.py): 32 bytes of each tensor per thread. bf16 in
     # blocks of 2048 by 4 warps reached 100% of the copy floor on batch-norm + relu (1024: 87%,
     # 2026-11-22); fp32 in blocks of 1024 by 4 warps 99.8% on silu(a) * b + 1 (2048: 98.8%,
     # 2026-11-23).
@@ -370,7 +378,7 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     # the latency of its one wave, not by bandwidth: in blocks of 512 by 4 warps (4 elements a
     # thread) a flat batch norm + ReLU over channels-last ResNet-50 activations of 25K to 200K
     # bf16 elements ran in 1.43 to 1.61 us, against 1.65 to 1.77 us in blocks of 2048 (H100,
-    # replayed in CUDA graphs, benchmarks/tile_study.py, 2026-11-25). With one rsqrt for
+    # replayed in CUDA graphs, benchmarks/studies/tile_study.py, 2026-11-25). With one rsqrt for
     # 1 / sqrt (codegen/body.py), ResNet-50's replay at batch 1 went from 0.497 to 0.456 ms.
     if numel < SMALL_POINTWISE and itemsize <= 4:
         block = min(_next_pow2(numel), 512)
@@ -433,7 +441,7 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
         rblock = min(r, 1 << 14)
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), (1 << 15) // rblock))
         return {"XBLOCK": xblock, "RBLOCK": rblock}
-    # Measured on an H200 (benchmarks/sweep.py and hand-written kernels, 2026-11-22/23):
+    # Measured on an H200 (benchmarks/studies/sweep.py and hand-written kernels, 2026-11-22/23):
     # - rows of 1024 run best one per program with 2 warps (95.7% of the floor against 89% with
     #   two rows and 4 warps): about 16 to 32 elements per thread;
     # - rows of 8192 in one block: 16 warps is as fast as 8 or faster (softmax 90.5% vs 90.0%);
@@ -445,7 +453,7 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     # - short columns (up to 1024) of at most 8192 columns, such as a split's second phase over
     #   its partial sums, in one block each: a loop of 16 rows a step runs its steps one after
     #   another on few programs. 512 x 128 fp32 partials: 8.1 -> 1.9 us; 1024 x 512: 16.7 ->
-    #   3.0 us; 256 x 2048: 6.2 -> 2.8 us (benchmarks/short_columns_study.py, 2026-11-23).
+    #   3.0 us; 256 x 2048: 6.2 -> 2.8 us (benchmarks/studies/short_columns_study.py, 2026-11-23).
     if not row_contiguous:
         if r <= 1024 and xnumel <= 8192:
             xblock = max(16, min(64, 8192 // r))
