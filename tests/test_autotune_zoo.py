@@ -1,4 +1,4 @@
-"""``benchmarks/autotune_zoo.py``'s table: tuned over untuned per process, the slower mark only
+"""``benchmarks/studies/autotune_zoo.py``'s table: tuned over untuned per process, the slower mark only
 where tuned is slower in every process, and each variant's geometric mean over eager."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from benchmarks import autotune_zoo
+from benchmarks.studies import autotune_zoo
 
 
 def _write(folder: str, times: dict[str, tuple[float, float, float]]) -> None:

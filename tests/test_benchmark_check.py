@@ -89,7 +89,7 @@ def test_column_sum_study_kernels_sum_columns() -> None:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.column_sum_study", "--check"], cwd=root, env=env,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.studies.column_sum_study", "--check"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     checked = [line for line in done.stdout.splitlines() if line.startswith("checked ")]

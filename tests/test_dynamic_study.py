@@ -1,4 +1,4 @@
-"""``benchmarks.dynamic_study`` and ``benchmarks.dynamic_zoo`` on the CPU (the tiny GPT-2): each
+"""``benchmarks.studies.dynamic_study`` and ``benchmarks.dynamic_zoo`` on the CPU (the tiny GPT-2): each
 variant of the study runs in a process of its own, matches eager, and fuse's compile counts are
 what the variant names; the zoo's model compiles once for its three lengths."""
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the zoo needs transformers: pip install -e '.[zoo]'")
 
-from benchmarks import dynamic_study  # noqa: E402
+from benchmarks.studies import dynamic_study  # noqa: E402
 
 
 def test_the_study_compiles_once_for_all_lengths_where_asked(tmp_path) -> None:

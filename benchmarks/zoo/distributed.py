@@ -243,7 +243,7 @@ class _Trainer:
         at_peak: list[Any] = [None] * world
         resident: list[Any] = [None] * world
         if cuda and self.options.peak_blocks:
-            from benchmarks.memory_study import live_at_peak
+            from benchmarks.studies.memory_study import live_at_peak
 
             dist.all_gather_object(resident, _resident(self.model, self.optimizer, device))
             _, _, live = live_at_peak(lambda: self._step(len(self.times)), device)

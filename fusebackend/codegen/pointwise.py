@@ -202,7 +202,7 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     ``runtime.SMALL_POINTWISE`` elements) without a window stays flat on a GPU (the interpreter,
     where the tests run, tiles it at any size): at batch 1 fuse's tiled batch norm over 50K
     channels-last elements took 1.67 us at its best blocks and warps, a flat one in blocks of 512
-    1.46 to 1.52 us (H100, bf16, replayed in a CUDA graph, benchmarks/tile_study.py, 2026-11-25).
+    1.46 to 1.52 us (H100, bf16, replayed in a CUDA graph, benchmarks/studies/tile_study.py, 2026-11-25).
 
     A window over a channels-last tensor (a depthwise convolution: its weights are per-column
     loads, ``kh * kw`` of them) gains most: each of its ``kh * kw`` positions needs its row's

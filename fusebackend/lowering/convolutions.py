@@ -14,7 +14,7 @@ are half of the convolutions:
   cuDNN's. So do windows of more than ``MAX_DEPTHWISE_TAPS`` positions: ConvNeXt's 7x7 ones
   took 320 against cuDNN's 202 us at 64x96x56x56 (H100, bf16), where up to 5x5 (MobileNetV3's,
   with their batch norm and activation) took 0.43 to 1.12 times eager's time
-  (``benchmarks/conv_study.py``).
+  (``benchmarks/studies/conv_study.py``).
 - **a product over one position**: a 1x1 convolution of an input whose spatial dims are all 1 (a
   squeeze-and-excitation block's two layers, after the pool to 1x1) is ``[N, C] x [C, O]``. Small
   ones (``MAX_POINT_MACS`` multiply-adds) are a sum reduction over ``C`` here, its bias and

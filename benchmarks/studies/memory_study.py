@@ -6,7 +6,7 @@ once more with PyTorch's allocator recording every allocation and free with its 
 most memory was allocated, and the blocks live then are listed, largest first, each with the line
 of generated code (fuse's wrapper, Inductor's output code) or of the model that allocated it:
 
-    PYTHONPATH=. python -m benchmarks.memory_study --models resnet,convnext --top 12
+    PYTHONPATH=. python -m benchmarks.studies.memory_study --models resnet,convnext --top 12
 
 Blocks allocated before the step (weights, inputs, eager's reference outputs) are counted in the
 peak but listed as one line, "before the step".
@@ -103,7 +103,7 @@ def saved_for_backward(built: Any, call: Any, device: torch.device) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.memory_study", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.memory_study", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="resnet")
     parser.add_argument("--mode", default="inference", choices=("inference", "train"))
     parser.add_argument("--variants", default="eager,inductor,fuse")

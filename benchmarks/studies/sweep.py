@@ -5,7 +5,7 @@ config function, recompiles the case from scratch, checks the output against eag
 one call with ``triton.testing.do_bench`` (median, L2 flushed). The floor is the case's bytes
 over the copy bandwidth measured in the same run.
 
-    PYTHONPATH=. python -m benchmarks.sweep [--cases name,name]
+    PYTHONPATH=. python -m benchmarks.studies.sweep [--cases name,name]
 """
 
 from __future__ import annotations

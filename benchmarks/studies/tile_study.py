@@ -14,7 +14,7 @@ host is counted):
 and likewise the conversion of a 3x3 convolution's weight to channels-last, which fuse and Inductor
 both run on every call of an inference graph.
 
-    PYTHONPATH=. python -m benchmarks.tile_study
+    PYTHONPATH=. python -m benchmarks.studies.tile_study
 """
 
 from __future__ import annotations

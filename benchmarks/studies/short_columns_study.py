@@ -16,8 +16,8 @@ where it ran the same config, and also tried 8 and 32 columns a block: 8 was lev
 512 rows and faster on 1024 x 512 (2.5 against 3.0 us); 32 was slower on columns of 512 or
 more.
 
-    PYTHONPATH=. python -m benchmarks.short_columns_study            # on a GPU
-    PYTHONPATH=. python -m benchmarks.short_columns_study --check    # outputs only, any device
+    PYTHONPATH=. python -m benchmarks.studies.short_columns_study            # on a GPU
+    PYTHONPATH=. python -m benchmarks.studies.short_columns_study --check    # outputs only, any device
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ machine, 2026-11-23): 64 columns by 32 rows in 8 chunks reached 77.4 / 88.4,
 kernel's 79.4 / 92.2); with a second phase over their partial sums, every shape tried landed at
 80.9-81.6 clean, and one kernel adding its 8 chunks' sums at the end (64 x 32) at 85.7.
 
-    PYTHONPATH=. python -m benchmarks.column_sum_study            # on a GPU
-    PYTHONPATH=. python -m benchmarks.column_sum_study --check    # outputs only, any device
+    PYTHONPATH=. python -m benchmarks.studies.column_sum_study            # on a GPU
+    PYTHONPATH=. python -m benchmarks.studies.column_sum_study --check    # outputs only, any device
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Find which generated kernel of a model's training step faults on the GPU (debug aid).
 
-    CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=. python -m benchmarks.repro_gpu transformer
+    CUDA_LAUNCH_BLOCKING=1 PYTHONPATH=. python -m benchmarks.studies.repro_gpu transformer
 """
 
 import sys

@@ -15,7 +15,7 @@ tuned (``fuse@max-autotune-no-cudagraphs``) in several processes, and the compar
    slower where it is slower by more than ``SLOWER`` in every process; and the geometric mean
    speedup over eager of each variant in each process.
 
-``PYTHONPATH=. python -m benchmarks.autotune_zoo --work /tmp/at --out "$OUT"`` (all inference
+``PYTHONPATH=. python -m benchmarks.studies.autotune_zoo --work /tmp/at --out "$OUT"`` (all inference
 models: on an H100 the warm-up took 195 s with 8 jobs and a timed process 437 s, 2026-11-25);
 ``--stage warm`` or ``--stage time`` for one stage (a device call is limited to 10 minutes);
 ``--from DIR`` prints the table of saved runs. A timed process cut short still counts as done.
@@ -131,7 +131,7 @@ def table(work: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.autotune_zoo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.autotune_zoo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="", help="comma-separated zoo models (default: all)")
     parser.add_argument("--work", default="/tmp/autotune_zoo", help="the cache folder and each process's output")
     parser.add_argument("--stage", default="all", choices=("all", "warm", "time"))

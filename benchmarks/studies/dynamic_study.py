@@ -31,7 +31,7 @@ sets the step. ``--interleave`` (step times only) builds every variant in one pr
 them in turn, in an order rotated every round, and gives each variant's step over the first
 variant's in the same round: ``--interleave --variants fuse-static,fuse-symbolic,...``.
 
-``PYTHONPATH=. python -m benchmarks.dynamic_study --out "$OUT"`` (GPT-2 at its real size, batch 1,
+``PYTHONPATH=. python -m benchmarks.studies.dynamic_study --out "$OUT"`` (GPT-2 at its real size, batch 1,
 lengths 64, 128, 256 and 512, every variant); ``--size tiny --lengths 16,11,7`` on a CPU.
 """
 
@@ -219,7 +219,7 @@ def run(variants: list[str], model: str, size: str, lengths: list[int], batch: i
             path = os.path.join(out_dir, f"dynamic_{variant}_p{k + 1}.json")
             with tempfile.TemporaryDirectory() as fuse_cache, tempfile.TemporaryDirectory() as inductor_cache:
                 env = dict(os.environ, FUSE_CACHE_DIR=fuse_cache, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
-                subprocess.run([sys.executable, "-m", "benchmarks.dynamic_study", "--one", variant, "--model", model,
+                subprocess.run([sys.executable, "-m", "benchmarks.studies.dynamic_study", "--one", variant, "--model", model,
                                 "--size", size, "--lengths", ",".join(map(str, lengths)), "--batch", str(batch),
                                 "--rounds", str(rounds), "--out", path], env=env, check=True)
             with open(path) as f:
@@ -272,7 +272,7 @@ def _ratios(results: list[dict], variant: str, base: str) -> dict[int, list[floa
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dynamic_study", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.dynamic_study", description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--model", default="gpt2")
     parser.add_argument("--size", default="real", choices=("tiny", "real"))

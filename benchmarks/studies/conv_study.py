@@ -1,6 +1,6 @@
 """GPU: what a convolution costs the host per call, and depthwise convolutions beside cuDNN's.
 
-    PYTHONPATH=. python -m benchmarks.conv_study [--part calls|depthwise|both]
+    PYTHONPATH=. python -m benchmarks.studies.conv_study [--part calls|depthwise|both]
 
 ``calls``: the host time of one call of ``torch.convolution`` against ``torch.mm`` on the same
 1x1 products (MobileNetV3's, EfficientNet's and ResNet-50's shapes, b64, bf16, channels-last),
@@ -125,7 +125,7 @@ def depthwise() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.conv_study", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.conv_study", description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", default="both", choices=("calls", "depthwise", "both"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
