@@ -147,21 +147,24 @@ def _ladder(blocks: int) -> ir.IRGraph:
 
 def _optimizer_ladder(params: int) -> ir.IRGraph:
     """An Adam-like step over ``params`` parameters, functionalized as AOTAutograd leaves it: the
-    parameters and moments copied back in place by their kernels, and each parameter's step
-    counter (0-dim, read by every element of its update) copied back by ATen, a mutation that
-    orders every node before it against every node after it."""
+    parameters, moments and step counts copied back in place by their kernels, and each
+    parameter's history of losses (rolled by one: it reads its input at another element) copied
+    back by ATen, a mutation that orders every node before it against every node after it."""
 
     def fn(*tensors: torch.Tensor) -> None:
-        for p, m, step in zip(tensors[0::3], tensors[1::3], tensors[2::3]):
+        for p, m, step, history in zip(tensors[0::4], tensors[1::4], tensors[2::4], tensors[3::4]):
             step.add_(1)
             m.mul_(0.9).add_(p * 0.1)
             p.sub_(0.01 * m / (1 - 0.9 ** step))
+            history.copy_(history.roll(1))
 
-    args = [t for _ in range(params) for t in (torch.randn(4, 3), torch.randn(4, 3), torch.tensor(1.0))]
+    args = [t for _ in range(params)
+            for t in (torch.randn(4, 3), torch.randn(4, 3), torch.tensor(1.0), torch.randn(5))]
     functional = torch.func.functionalize(fn, remove="mutations_and_views")
     gm = torch.fx.experimental.proxy_tensor.make_fx(functional)(*args)
     graph, _ = lowering.lower(gm, list(args), f"optimizer_{params}")
     assert sum(isinstance(n, ir.Extern) and n.mutates for n in graph.nodes) == params
+    assert len(graph.mutations) == 3 * params
     return graph
 
 
@@ -196,8 +199,8 @@ def test_fusion_work_is_linear(ladder: Callable[[int], ir.IRGraph]) -> None:
     """Per IR node, scheduling a stack of 4N blocks does about the work of N blocks: candidates
     are found through kept indexes and each check costs what its two groups hold, not what
     the graph holds. (The ratio is a little above 1: the first and last blocks fuse less.) An
-    optimizer step's N mutations of its step counters order the graph with N edges, not one
-    to every node before each."""
+    optimizer step's N mutations by ATen order the graph with N edges, not one to every node
+    before each."""
     small, large = ladder(8), ladder(32)
     n_small, n_large = len(small.nodes), len(large.nodes)
     assert n_large > 3 * n_small

@@ -10,14 +10,16 @@ with ``T`` the inputs they write:
 
 - every node that reads an input of ``T``, directly or through other nodes, is pointwise, is not
   a result of the graph, and flows only into copies of the set;
-- each copy's value at each element, with those nodes inlined, reads each input of ``T`` at that
-  same element alone (same sizes, no gather).
+- each copy's value at each element, with those nodes inlined, reads each input of ``T`` of its
+  own shape at that same element alone (no gather); an input of another shape (an optimizer's
+  0-dim step count, read by every element of the parameter's update) it may read anywhere.
 
 Then the lane that stores an element reads the old values of that element only, so kernels that
 compute the copies read every input of ``T`` before storing into it, provided the schedule runs
-no kernel that reads an input of ``T`` after the kernel that writes it. That is checked on the
-schedule (``order_hazards``); where it fails the graph is lowered again with those inputs
-copied by ATen. A copy that fails the conditions is refused with its reason and the conditions
+no kernel that reads an input of ``T`` after the kernel that writes it, and no kernel writes one
+that its other lanes read. The scheduler orders every reader of an input before its writer
+(``scheduler.groups``), and the schedule is checked (``order_hazards``); where it fails the graph
+is lowered again with those inputs copied by ATen. A copy that fails the conditions is refused with its reason and the conditions
 are taken again without it: refused copies are made by ATen after everything else, as for any
 mutation, and the schedule says why.
 """
@@ -109,7 +111,7 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
         if name not in taken:
             assert isinstance(node, ir.Pointwise)
             expanded[name] = dataclasses.replace(node, body=substitute(node, expanded))
-    for name, (copy, _) in taken.items():
+    for name, (copy, copy_target) in taken.items():
         ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
         ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
         unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
@@ -124,7 +126,11 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
             if isinstance(load, ir.IndirectLoad):
                 blame([read_name], f"a gather reads {read_name}")
             elif target.sizes != copy.buffer.sizes:
-                blame([read_name], f"{name}, of another shape, reads it")
+                # another copy's input read by every element (an optimizer's 0-dim step count):
+                # the scheduler writes it after its readers (``Groups``), and ``order_hazards``
+                # refuses a kernel that would both read it at other lanes and write it
+                if read_name == copy_target.name:
+                    blame([read_name], f"{name}, of another shape, reads it")
             else:
                 read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
                 written = indexing.ravel(list(ivars), target.strides, 0)
@@ -136,8 +142,9 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
 def order_hazards(steps: Sequence[Any], graph: ir.IRGraph) -> set[str]:
     """The inputs written in place (``graph.mutations``) that the schedule may read after writing
     them: a step of ``steps`` (its kernels and extern calls, in order) that reads one after the
-    step that writes it, or, inside a reduction or scan kernel (whose stores are not all at the
-    end), a value that flows into the copy into another input reading it."""
+    step that writes it, or, inside the kernel that writes it, a value that flows into the copy
+    into another input reading it, where that kernel is a reduction or scan (whose stores are not
+    all at the end) or the other input has another shape (its lanes are not the writer's)."""
     mutations = graph.mutations
     writer: dict[str, int] = {}
     for k, step in enumerate(steps):
@@ -147,20 +154,22 @@ def order_hazards(steps: Sequence[Any], graph: ir.IRGraph) -> set[str]:
                     writer[mutations[buf.name]] = k
     hazards: set[str] = set()
     flows: dict[str, set[str]] | None = None
+    sizes = {b.name: b.sizes for b in graph.inputs if isinstance(b, ir.Buffer)}
     for k, step in enumerate(steps):
         for node in _nodes(step):
             hazards |= {v.buffer.name for v in node.reads() if writer.get(v.buffer.name, k) < k}
-        if getattr(getattr(step, "space", None), "anchor", None) is None:
-            continue  # a pointwise kernel or an extern call: every load before every store
         written = {t for t, w in writer.items() if w == k}
-        if not written:
-            continue
+        if not written or not hasattr(step, "space"):
+            continue  # an extern call
+        # a pointwise kernel loads every element before it stores, each lane its own elements:
+        # a value read for a copy of another shape is read by other lanes than the one writing
+        anchored = getattr(step.space, "anchor", None) is not None
         if flows is None:
             flows = _copies_fed(graph)
         for node in _nodes(step):
             for target in {v.buffer.name for v in node.reads()} & written:
                 into = flows.get(node.name, set()) | ({mutations[node.name]} if node.name in mutations else set())
-                if into - {target}:
+                if any(anchored or sizes.get(other) != sizes.get(target) for other in into - {target}):
                     hazards.add(target)
     return hazards
 

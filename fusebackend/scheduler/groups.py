@@ -54,6 +54,15 @@ class Groups:
                 self.succ[d].add(node.name)
                 self.pred[node.name].add(d)
             since.append(node.name)
+        # an input written in place (graph.mutations) is written after every node that reads it:
+        # a kernel that read it later would see the new value
+        written_by = {target: name for name, target in graph.mutations.items()}
+        for node in graph.nodes:
+            for target in {v.buffer.name for v in node.reads()} & written_by.keys():
+                writer = written_by[target]
+                if writer != node.name:
+                    self.succ[node.name].add(writer)
+                    self.pred[writer].add(node.name)
         self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
         self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
         self._buffers_read: dict[str, list[str]] = {}
