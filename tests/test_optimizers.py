@@ -35,6 +35,21 @@ def _model() -> torch.nn.Module:
                  marks=() if fe or name == "adamw" else pytest.mark.full)
     for name in OPTIMIZERS for fe in (True, False)])
 def test_compiled_step_matches_eager(name: str, foreach_ops: bool) -> None:
+    model, twin, opt, twin_opt = _three_steps(name, foreach_ops)
+    for got, want in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        for key, state in twin_opt.state[want].items():  # moments, step counts, momentum buffers
+            # fp32 accumulated over three steps in another order: a looser bound than the parameters'
+            torch.testing.assert_close(opt.state[got][key], state, atol=1e-5, rtol=1e-4)
+    m = fusebackend.metrics
+    assert m.eager_graphs == 0 and m.kernels_generated > 0
+    left = {op for op in m.fallbacks if op.startswith("_foreach") or op == "fma"}
+    assert not left, dict(m.fallbacks)
+
+
+def _three_steps(name: str, foreach_ops: bool) -> tuple[torch.nn.Module, torch.nn.Module, Any, Any]:
+    """A model and its twin after three steps of optimizer ``name``: compiled for the model,
+    eager for the twin; returns both with their optimizers."""
     torch.manual_seed(0)
     model = _model()
     twin = copy.deepcopy(model)
@@ -47,12 +62,22 @@ def test_compiled_step_matches_eager(name: str, foreach_ops: bool) -> None:
             m(x).pow(2).sum().backward()
         step()
         twin_opt.step()
-    for got, want in zip(model.parameters(), twin.parameters()):
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    m = fusebackend.metrics
-    assert m.eager_graphs == 0 and m.kernels_generated > 0
-    left = {op for op in m.fallbacks if op.startswith("_foreach") or op == "fma"}
-    assert not left, dict(m.fallbacks)
+    return model, twin, opt, twin_opt
+
+
+def test_an_adamw_step_writes_parameters_moments_and_counts_in_place() -> None:
+    # the parameter's new value reads the new moments, whose copies overwrite the moments' inputs:
+    # each parameter's kernel reads the old moments and stores all three in place. The step
+    # counts (0-dim, read by every element of the parameter's update) are written in place by
+    # kernels of their own, after the parameters' kernels have read them
+    _three_steps("adamw", True)
+    (graph,) = fusebackend.history()
+    kernels = [line for line in graph.schedule.splitlines() if line.startswith("  kernel")]
+    assert sum(line.count("(into input") == 3 for line in kernels) == 4, graph.schedule  # p, m, v
+    counters = [k for k, line in enumerate(kernels) if "read 4 B, write 4 B" in line]
+    assert len(counters) == 4 and all("(into input" in kernels[k] for k in counters), graph.schedule
+    assert min(counters) > max(k for k, line in enumerate(kernels) if line.count("(into input") == 3)
+    assert "copy_" not in fusebackend.metrics.fallbacks
 
 
 def test_every_functional_foreach_overload_has_its_per_tensor_calls() -> None:
