@@ -139,3 +139,17 @@ def use_interpreter() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def environment_kept(name: str) -> Iterator[None]:
+    """Leave environment variable ``name`` as it was on entry, whatever the block sets (Triton's
+    knobs write the variables they stand for)."""
+    before = os.environ.get(name)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before

@@ -100,8 +100,9 @@ def fold_foreign(gm: torch.fx.GraphModule, device: torch.device) -> int:
                 and n.meta["val"].numel() * n.meta["val"].element_size() <= FOLD_LIMIT_BYTES]
     if not frontier:
         return 0
-    needed = sorted({a for n in frontier for a in constant_ancestry(n, attributes=True) or ()},
-                    key=list(gm.graph.nodes).index)
+    position = {n: k for k, n in enumerate(gm.graph.nodes)}
+    ancestry = {a for n in frontier for a in constant_ancestry(n, attributes=True) or ()}
+    needed = sorted(ancestry, key=position.__getitem__)
     env = evaluate(needed, gm)
     if env is None:
         return 0

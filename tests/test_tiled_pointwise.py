@@ -208,7 +208,7 @@ def test_column_tiles_off() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_a_column_tile_over_a_symbolic_batch_masks_its_rows(dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15: with the batch symbolic, the rows (y) are a symbolic count and the columns the
+    """Symbolic sizes: with the batch symbolic, the rows (y) are a symbolic count and the columns the
     static channels. The blocks cannot divide the rows at every size: the rows past the end are
     not stored, and read the last row again, so that the per-channel loads stay [1, XBLOCK]
     blocks with no mask. One compile serves every batch, odd ones included."""
@@ -231,7 +231,7 @@ def test_a_column_tile_over_a_symbolic_batch_masks_its_rows(dtype: torch.dtype, 
 
 
 def test_a_transpose_over_symbolic_sizes_is_tiled_and_masked() -> None:
-    """Issue 15: both extents of the tile symbolic (``dynamic=True``): blocks chosen at the
+    """Symbolic sizes: both extents of the tile symbolic (``dynamic=True``): blocks chosen at the
     first call's sizes, every load in range (positions past an extent read its last one again),
     the stores masked along both; one compile for every size, odd and tiny ones included."""
     def transposed(x: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from fusebackend import cache, metrics
-from fusebackend.config import config, use_interpreter
+from fusebackend.config import config, environment_kept, use_interpreter
 
 _loaded: dict[str, Any] = {}
 
@@ -55,23 +55,18 @@ def _decorating() -> Iterator[None]:
 
     knobs = getattr(triton, "knobs", None)  # absent in older Tritons: TRITON_INTERPRET decided
     saved = knobs.runtime.interpret if knobs is not None else None
-    environment = os.environ.get("TRITON_INTERPRET")
-    if knobs is not None:
-        knobs.runtime.interpret = use_interpreter()
-    try:
-        import fusebackend.kernels.triton_helpers  # noqa: F401  (decorated in this mode once)
-
-        yield
-    finally:
+    # setting the knob writes TRITON_INTERPRET too: left so, TRITON_INTERPRET=0 would reach every
+    # process the user starts after (one that picks the interpreter where it is unset)
+    with environment_kept("TRITON_INTERPRET"):
         if knobs is not None:
-            knobs.runtime.interpret = saved
-            # setting a knob writes the environment variable too: left so, TRITON_INTERPRET=0
-            # would reach every process the user starts after (one that picks the interpreter
-            # where it is unset would not)
-            if environment is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = environment
+            knobs.runtime.interpret = use_interpreter()
+        try:
+            import fusebackend.kernels.triton_helpers  # noqa: F401  (decorated in this mode once)
+
+            yield
+        finally:
+            if knobs is not None:
+                knobs.runtime.interpret = saved
 
 
 def load_module(source: str, stem: str, shared: bool = True) -> types.ModuleType:
