@@ -292,7 +292,9 @@ class IRGraph:
     ``mutations`` maps a pointwise node's buffer to the input buffer it is written into, in place
     (an ``aten.copy_`` into a graph input, such as batch norm's running statistics): the wrapper
     passes the input's memory as the node's output, and nothing else reads the input after the
-    node or at another element (``lowering.mutations`` proves it before one is recorded).
+    node or at another element (``lowering.mutations`` proves it before one is recorded). It also
+    maps a scatter whose target is the input itself (a static cache's ``index_copy_``): the
+    scatter writes its elements into the input's memory, after every other reader of the input.
     ``constants`` are tensors the graph holds (FX ``get_attr`` nodes, such as the empty tensor a
     key-value cache starts from): buffers the wrapper binds by name, each with its value.
     """
@@ -416,9 +418,12 @@ def verify(graph: IRGraph) -> None:
             assert defined.get(out.buffer.name) == out.buffer, f"output {out} is never written"
     inputs = {b.name: b for b in graph.inputs if isinstance(b, Buffer)}
     pointwise = {n.name: n for n in graph.nodes if isinstance(n, Pointwise)}
+    into_input = {n.name: n for n in graph.nodes if isinstance(n, Scatter) and n.target.name in inputs}
     for name, target in graph.mutations.items():
-        assert name in pointwise and target in inputs, f"{name} -> {target}: not a pointwise node into an input"
-        buf, dst = pointwise[name].buffer, inputs[target]
+        writer = pointwise.get(name) or into_input.get(name)
+        assert writer is not None and target in inputs, f"{name} -> {target}: not a pointwise node into an input"
+        assert not isinstance(writer, Scatter) or writer.target.name == target, f"{name} scatters into another input"
+        buf, dst = writer.buffer, inputs[target]
         assert (buf.dtype, buf.sizes, buf.strides) == (dst.dtype, dst.sizes, dst.strides), (
             f"{name} does not have input {target}'s layout"
         )
@@ -446,6 +451,10 @@ def _verify_scatter(graph: IRGraph, node: Scatter) -> None:
         f"{node.name} does not have its target {target.name}'s layout"
     )
     assert indexing.is_dense(buf.sizes, buf.strides) or not buf.numel, f"{node.name}: output layout is not dense"
+    if graph.mutations.get(node.name) == target.name:  # into an input's memory (lowering.mutations)
+        assert target in graph.inputs, f"{node.name} scatters into {target.name}, not an input"
+        assert len(node.position) == len(buf.sizes), f"{node.name}: one position per dim"
+        return
     producer = next((n for n in graph.nodes if target in written_buffers(n)), None)
     assert isinstance(producer, (Pointwise, Scatter)), f"{node.name} scatters into {target.name}, not a node's buffer"
     readers = [n.name for n in graph.nodes if any(v.buffer.name == target.name for v in n.reads())]

@@ -237,3 +237,56 @@ def test_order_hazards_refuses_a_count_written_by_a_kernel_whose_other_lanes_rea
     assert order_hazards([step(write_p), step(bumped)], graph) == set()  # read by every lane, then written
     assert order_hazards([step(bumped), step(write_p)], graph) == {"arg1"}  # read after the write
     assert order_hazards([step(write_p, bumped)], graph) == {"arg1"}  # one lane writes what the others read
+
+
+def _cache_update(cache: torch.Tensor, position: torch.Tensor, new: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    # a static key-value cache's step: the new key written at its position, then attention-like
+    # reads of the whole cache (the new value)
+    cache.index_copy_(2, position, new.tanh())
+    return (q @ cache.transpose(-1, -2)).softmax(-1)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 12, 8), (1, 2, 5, 4)], ids=["cache", "odd"])
+def test_a_scatter_into_an_input_writes_the_input_in_place(shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    cache = torch.randn(shape)
+    position = torch.tensor([shape[2] - 2])
+    new, q = torch.randn(*shape[:2], 1, shape[3]), torch.randn(*shape[:2], 1, shape[3])
+    with fusebackend.config.patch(graph_cache=False):
+        eager_args, compiled_args = _run_both(_cache_update, cache, position, new, q)
+    assert_same(compiled_args[0], eager_args[0])  # the cache, written
+    schedule = _schedule()
+    # the scatter stores into the cache's memory: no copy of the cache before it, none back after
+    assert "(into input arg0)" in schedule and "aten.copy_" not in schedule, schedule
+    source = fusebackend.last_compiled().wrapper
+    assert "= arg0  # aten.copy_ into the input, in place" in source, source
+    stored = [line for line in schedule.splitlines() if "(into input arg0)" in line]
+    cache_bytes = float(cache.numel() * 4)
+    assert all(f"write {cache_bytes / 1024:.2f} KiB" not in line for line in stored), schedule
+
+
+def _reads_old_and_new(cache: torch.Tensor, position: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    old = cache * 2  # a reader of the old values whose result meets the new ones
+    cache.index_copy_(0, position, new)
+    return old + cache
+
+
+def _reads_old_after(cache: torch.Tensor, position: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    total = cache.sum(0)  # a reduction of the old values, which the scatter waits for
+    cache.index_copy_(0, position, new)
+    return cache.mean(0) - total
+
+
+@pytest.mark.parametrize("fn", [_reads_old_and_new, _reads_old_after], ids=["old-and-new", "old-reduced"])
+def test_a_scatter_into_an_input_runs_after_the_readers_of_the_old_values(fn: Callable[..., Any]) -> None:
+    torch.manual_seed(0)
+    cache, position, new = torch.randn(6, 5), torch.tensor([4, 1]), torch.randn(2, 5)
+    with fusebackend.config.patch(graph_cache=False):
+        eager_args, compiled_args = _run_both(fn, cache, position, new)
+    assert_same(compiled_args[0], eager_args[0])
+    schedule = _schedule()
+    assert "(into input arg0)" in schedule, schedule
+    steps = [line for line in schedule.splitlines() if line.startswith("  kernel")]
+    scatter = next(k for k, line in enumerate(steps) if "(into input arg0)" in line)
+    # the kernel reading the old values (2 * cache, its sum) runs first, with no read of arg0 after
+    assert scatter >= 1 and "read 120 B" in steps[0], schedule

@@ -235,3 +235,38 @@ def test_roots_are_not_made_together_where_one_would_wait_over_the_peak(late: bo
     assert ("siblings:" in schedule) == (not late), schedule
     if late:
         assert "planned peak of intermediates 20.00 KiB" in schedule
+
+
+def _layers_of_gathered_bias(x: torch.Tensor, index: torch.Tensor | None, *tables: torch.Tensor) -> torch.Tensor:
+    # each layer gathers its bias through one shared index (as BEiT's relative position bias
+    # does) and expands it over the batch for a product. Fusing two layers' gathers saves one
+    # read of the index (a horizontal fusion; or, where the index is computed here, a vertical
+    # fusion of each gather with it) and makes the later layer's bias before its time
+    if index is None:
+        positions = torch.arange(x.shape[1])
+        index = positions[:, None] - positions[None, :] + x.shape[1]
+    for table in tables:
+        bias = table[index].unsqueeze(0).expand(x.shape[0], -1, -1).contiguous()
+        x = torch.bmm(bias, x).relu()
+    return x
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["index-read", "index-computed"])
+def test_fusion_does_not_make_every_layer_at_once_over_the_widest_point(computed: bool) -> None:
+    torch.manual_seed(0)
+    layers, batch, seq = 4, 8, 24
+    index = None if computed else torch.randint(0, 2 * seq, (seq, seq))
+    args = (torch.randn(batch, seq, 5), index, *[torch.randn(2 * seq) for _ in range(layers)])
+    with fusebackend.config.patch(graph_cache=False):
+        out = compile_fn(_layers_of_gathered_bias)(*args)
+    assert_same(out, _layers_of_gathered_bias(*args), atol=1e-5, rtol=1e-5)
+    schedule = fusebackend.last_compiled().schedule
+    assert "horizontal:" not in schedule and "siblings:" not in schedule, schedule
+    # a computed index is computed again in each gather, and the siblings' merges are not reported
+    assert computed or "steps before its readers, above the graph's widest point" in schedule, schedule
+    bias_bytes = batch * seq * seq * 4
+    rows = re.findall(r"kernel \d+: .*\| read .*, write ([\d.]+) KiB  \| stores (.*)", schedule)
+    # one kernel per layer's bias, each storing that bias alone
+    assert [len(stores.split(", ")) for w, stores in rows if float(w) == bias_bytes / 1024] == [1] * layers, schedule
+    peak = float(re.search(r"planned peak of intermediates ([\d.]+) KiB", schedule).group(1))
+    assert peak < 2 * bias_bytes / 1024 + 8, schedule

@@ -42,7 +42,7 @@ from fusebackend.constants import fold_foreign
 from fusebackend.lowering import layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
-from fusebackend.lowering.mutations import in_place_copies
+from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.symbolic_sizes import SymbolicSizes
 from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
@@ -183,6 +183,8 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
                            constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign),
                            shape_env=sizevars.shape_env_of(self.gm) if self.symbolic else None)
+        scattered = scatters_into_inputs(graph, [(c, t) for c, t, _ in self.copies], self.copied)
+        self.copies = [(c, t, m) for c, t, m in self.copies if c.buffer.name not in scattered]
         in_place, refused = in_place_copies(graph, [(c, t) for c, t, _ in self.copies], self.copied)
         graph.mutations.update(in_place)
         for copy, target, meta in self.copies:

@@ -22,6 +22,10 @@ that its other lanes read. The scheduler orders every reader of an input before 
 is lowered again with those inputs copied by ATen. A copy that fails the conditions is refused with its reason and the conditions
 are taken again without it: refused copies are made by ATen after everything else, as for any
 mutation, and the schedule says why.
+
+A copy whose value is a scatter into a copy of the same input (a static key-value cache's
+``index_copy_``) is taken first, by ``scatters_into_inputs``: the scatter writes the input's
+memory itself, and neither copy runs.
 """
 
 from __future__ import annotations
@@ -137,6 +141,106 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
                 if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
                     blame([read_name], "its value reads the input at another element")
     return blamed
+
+
+def _identity_load(node: ir.Node, source: ir.Buffer) -> bool:
+    """Whether pointwise ``node`` is ``source`` itself: a plain load of its whole at the node's
+    own element, in the same layout and dtype."""
+    if not isinstance(node, ir.Pointwise) or not isinstance(node.body, ir.Load):
+        return False
+    view, buf = node.body.view, node.buffer
+    if view.buffer.name != source.name or (buf.dtype, buf.sizes, buf.strides) != (source.dtype, source.sizes, source.strides):
+        return False
+    ivars = indexing.loop_vars("i", len(buf.sizes))
+    unit = {v: 0 for v, n in zip(ivars, buf.sizes) if n == 1}  # a dim of one element may be read at 0
+    read = indexing.ravel(list(node.body.index), view.strides, view.offset)
+    written = indexing.ravel(list(ivars), buf.strides, 0)
+    return sympy.expand((read - written).xreplace(unit)) == 0
+
+
+def scatters_into_inputs(graph: ir.IRGraph, copies: Sequence[tuple[ir.Pointwise, ir.Buffer]],
+                         copied: Collection[str] = ()) -> dict[str, str]:
+    """Scatters into a copy of an input whose result is copied back into that input (a static
+    key-value cache's ``index_copy_``, ``x[i] = v`` on an input), rewritten to scatter into the
+    input's memory: the copy before the scatter and the ``copy_`` after it leave the graph, and
+    ``graph.mutations`` records the scatter's buffer as written into the input. Returns {copy
+    buffer: scatter buffer} for the copies it removed.
+
+    Without it every step copies the whole input twice to change a few elements of it: a decode
+    step over a static cache of ``L`` positions moves ``O(L)`` bytes per layer where it needs
+    one position's. Taken where, with ``T`` the input:
+
+    - the ``copy_``'s value is the scatter's result, read whole at each element;
+    - the scatter's target is a plain copy of ``T`` in ``T``'s layout;
+    - ``T`` is written by that one copy, is not returned, is not in ``copied``, and nothing reads
+      the ``copy_``'s buffer;
+    - no node that reads ``T`` depends on the copy of ``T`` (the scheduler runs every reader of
+      the old ``T`` before the scatter, ``scheduler.groups``), and the scatter's values and
+      positions are not computed from ``T`` (its kernel would read what its other lanes write).
+    """
+    producers = graph.producers()
+    returned = {o.buffer.name for o in graph.outputs if isinstance(o, ir.View)}
+    readers: dict[str, list[ir.Node]] = collections.defaultdict(list)
+    for node in graph.nodes:
+        for name in {v.buffer.name for v in node.reads()}:
+            readers[name].append(node)
+    writes = collections.Counter(target.name for _, target in copies)
+    done: dict[str, str] = {}
+    for copy, target in copies:
+        if writes[target.name] > 1 or target.name in copied or target.name in returned:
+            continue
+        if readers.get(copy.buffer.name) or copy.buffer.name in returned:
+            continue
+        body = copy.body
+        scatter = producers.get(body.view.buffer.name) if isinstance(body, ir.Load) else None
+        if not isinstance(scatter, ir.Scatter) or not _identity_load(copy, scatter.buffer):
+            continue
+        first = producers.get(scatter.target.name)
+        if not _identity_load(first, target):
+            continue
+        after = _descendants(first, readers)
+        if any(r.name in after for r in readers[target.name] if r is not first):
+            continue  # a reader of the old value needs the new one too
+        if target.name in _ancestor_reads(scatter, producers, stop=first.name):
+            continue
+        at = {n.name: k for k, n in enumerate(graph.nodes)}
+        graph.nodes[at[scatter.name]] = dataclasses.replace(scatter, target=target)
+        for gone in sorted((at[first.name], at[copy.name]), reverse=True):
+            del graph.nodes[gone]
+        graph.mutations[scatter.buffer.name] = target.name
+        done[copy.buffer.name] = scatter.buffer.name
+        producers = graph.producers()
+    return done
+
+
+def _descendants(node: ir.Node, readers: dict[str, list[ir.Node]]) -> set[str]:
+    """Names of the nodes that read what ``node`` writes, directly or through others."""
+    seen: set[str] = set()
+    stack = [node]
+    while stack:
+        for buf in ir.written_buffers(stack.pop()):
+            for r in readers.get(buf.name, ()):
+                if r.name not in seen:
+                    seen.add(r.name)
+                    stack.append(r)
+    return seen
+
+
+def _ancestor_reads(node: ir.Node, producers: dict[str, ir.Node], stop: str) -> set[str]:
+    """Buffers ``node``'s value is computed from, through every node but ``stop``."""
+    reads: set[str] = set()
+    stack, seen = [node], {node.name}
+    while stack:
+        for view in stack.pop().reads():
+            name = view.buffer.name
+            producer = producers.get(name)
+            if producer is not None and producer.name == stop:
+                continue
+            reads.add(name)
+            if producer is not None and producer.name not in seen:
+                seen.add(producer.name)
+                stack.append(producer)
+    return reads
 
 
 def order_hazards(steps: Sequence[Any], graph: ir.IRGraph) -> set[str]:

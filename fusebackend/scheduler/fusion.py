@@ -130,6 +130,7 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
         return groups, decisions, []
     stamps = itertools.count()
     version = {g: next(stamps) for g in groups.members}
+    holding = Holding(groups, model)
     heap: list[tuple[int, int, int, int, str, str, str, int, int]] = []
 
     def push(a: str, b: str, kind: str) -> None:
@@ -145,11 +146,13 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
         if version.get(a) != va or version.get(b) != vb:
             continue  # scored before one of the two changed
         reason = why_not(groups, model, a, b)
+        if reason is None:
+            reason = holding.refusal(a, b)
         if reason is not None:
             refusals[(a, b)] = Refusal(tuple(groups.members[a]), tuple(groups.members[b]), reason)
             continue
         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), kind, -neg_saved))
-        keep = groups.merge(a, b)
+        keep = holding.merge(a, b)
         del version[b if keep == a else a]
         version[keep] = next(stamps)
         for x, y, k in _candidates_of(groups, model, keep):
@@ -172,23 +175,7 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
         return not any(isinstance(groups.nodes[n], (ir.Extern, ir.Scatter)) for n in members) and (
             sum(model.traffic(members)) <= SMALL_KERNEL_BYTES)
 
-    position, live, made = live_profile(groups, model)
-    peak = max(live, default=0)
-
-    def held(a: str, b: str) -> tuple[range, int]:
-        """Made together, the later group's outputs wait from the earlier one's place: the
-        positions they then wait over, and their bytes."""
-        (first, _), (later, g) = sorted(((position[a], a), (position[b], b)))
-        return range(first, later), made[g]
-
-    def holds_over_peak(a: str, b: str) -> bool:
-        """Whether making roots ``a`` and ``b`` together holds outputs across the widest point:
-        groups that read graph inputs alone (a convolution's weight made channels-last) would
-        otherwise all run at the first one's place, and their outputs wait there for their
-        readers. ResNet-50's first stage made three such weights at once, 0.1 MiB above
-        Inductor's peak at b64 (H100, 2026-11-25)."""
-        span, extra = held(a, b)
-        return max((live[k] for k in span), default=0) + extra > peak
+    holding = Holding(groups, model)
 
     merged = True
     while merged:  # a merge can give a group new siblings
@@ -204,21 +191,78 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
                 for b in pending[1:]:
                     if not _may_share_space(_space_key(groups, a), _space_key(groups, b)):
                         rest.append(b)  # cannot share a kernel; spares the legality check
-                    elif parent is None and holds_over_peak(a, b):
+                    elif holding.refusal(a, b) is not None:
                         rest.append(b)
                     elif why_not(groups, model, a, b) is None and _no_more_bytes(model, groups, a, b):
                         decisions.append(Decision(tuple(groups.members[a]), tuple(groups.members[b]), "siblings", 0))
-                        span, extra = held(a, b)
-                        for k in span:
-                            live[k] += extra
-                        keep = groups.merge(a, b)
-                        position[keep], made[keep] = min(position[a], position[b]), made[a] + made[b]
-                        a = keep
+                        a = holding.merge(a, b)
                         merged = True
                     else:
                         rest.append(b)
                 pending = rest
 
+
+class Holding:
+    """The memory a merge holds: outputs made before their time.
+
+    One kernel runs both groups once the inputs of both are ready: at the earlier group's place,
+    or after the later group's last other producer where that comes later. The later group's
+    outputs are made there and wait, over the steps up to the later group's place, less what the merge spares (the earlier
+    group's outputs that only the later one read): the merged group's stored bytes less the
+    earlier group's. A merge is refused where that wait crosses the graph's widest point: where
+    the bytes live over the span, as the graph's order holds them (``ordering.live_profile``,
+    taken once and updated by each merge taken), plus the held outputs exceed the peak. A chain
+    whose later link reads the one before it and nothing later holds nothing: its outputs are
+    no larger than what they replace, or are made where they were.
+
+    What it stops: groups that read graph inputs alone (a convolution's weight made
+    channels-last) all made at the first one's place: ResNet-50's first stage made three such
+    weights at once, 0.1 MiB above Inductor's peak at b64 (H100, 2026-11-25). And every layer's
+    work on one shared value made at once: BEiT's twelve layers each gather their relative
+    position bias through one index computed from ``arange`` and expand it over the batch for
+    cuDNN's attention; fused as readers of that index (vertically, then as siblings), all twelve
+    biases (56.8 MiB each at b64) were made by the graph's first kernel, and a step peaked at
+    995 MiB against Inductor's 388 (H100, bf16, 2026-11-27).
+    """
+
+    def __init__(self, groups: Groups, model: TrafficModel) -> None:
+        self.groups, self.model = groups, model
+        position, self.live, self.made = live_profile(groups, model)
+        # each group's first and last member's place in the graph's order
+        self.first, self.last = dict(position), dict(position)
+        self.peak = max(self.live, default=0)
+
+    def _stored(self, names: list[str]) -> int:
+        return sum(size_hint(ir.storage_numel(buf) * buf.dtype.itemsize) for buf in self.model.stored(names))
+
+    def _span(self, a: str, b: str) -> tuple[range, int]:
+        """The places the later group's outputs would wait over, and the bytes they add: from
+        after the earlier group and the later one's producers, to the later group's first member."""
+        f, g = sorted((a, b), key=self.first.__getitem__)
+        start = max([self.last[f]] + [self.last[p] for p in self.groups.group_pred(g) if p != f and p in self.last])
+        extra = self._stored(self.groups.members[a] + self.groups.members[b]) - self.made[f]
+        return range(start + 1, self.first[g]), extra
+
+    def refusal(self, a: str, b: str) -> str | None:
+        """Why ``a`` and ``b`` may not run as one kernel for memory, or None."""
+        span, extra = self._span(a, b)
+        if not span or extra <= 0 or max(self.live[k] for k in span) + extra <= self.peak:
+            return None
+        return (f"would make {extra / 2**20:.2f} MiB {len(span)} steps before its readers, "
+                f"above the graph's widest point ({self.peak / 2**20:.2f} MiB)")
+
+    def merge(self, a: str, b: str) -> str:
+        """Merge ``a`` and ``b`` in ``groups``, accounting for what the merged group holds; the
+        merged group's name."""
+        span, extra = self._span(a, b)
+        if extra > 0:
+            for k in span:
+                self.live[k] += extra
+        keep = self.groups.merge(a, b)
+        self.first[keep] = min(self.first[a], self.first[b])
+        self.last[keep] = max(self.last[a], self.last[b])
+        self.made[keep] = self._stored(self.groups.members[keep])
+        return keep
 
 def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
     """(rows, positions per row) of the group's first reduction, or (elements,) of its largest

@@ -1,0 +1,68 @@
+"""LLM generation (``benchmarks/generate.py``) on the CPU: tiny float32 decoders generate eager's
+exact greedy tokens when compiled by fuse, through our lean loop (a compiled prefill and decode
+step over a static cache) and through transformers' generate() with a static cache and a compile
+config; the decode step writes the key-value cache in place (``lowering.mutations``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusebackend
+
+pytest.importorskip("transformers")
+
+from benchmarks import generate  # noqa: E402
+
+BATCH, PROMPT, NEW = 2, 8, 5
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model_and_tokens(request: pytest.FixtureRequest) -> tuple[str, torch.nn.Module, torch.Tensor, torch.Tensor]:
+    model = generate.build(request.param, "tiny", torch.device("cpu"), torch.float32)
+    ids = generate.prompt(model, BATCH, PROMPT, torch.device("cpu"))
+    with torch.no_grad():
+        expected = generate.Lean(model, None, None).generate(ids, NEW)
+    return request.param, model, ids, expected
+
+
+def test_lean_loop_gives_eager_tokens_and_writes_the_cache_in_place(model_and_tokens) -> None:
+    name, model, ids, expected = model_and_tokens
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    lean = generate.Lean(model, fusebackend.fuse, None)
+    logits: list[torch.Tensor] = []
+    with torch.no_grad(), fusebackend.config.patch(graph_cache=False):
+        tokens = lean.generate(ids, NEW, first_logits=logits)
+        reference: list[torch.Tensor] = []
+        generate.Lean(model, None, None).generate(ids, NEW, first_logits=reference)
+    assert torch.equal(tokens, expected), (tokens, expected)
+    torch.testing.assert_close(logits[0], reference[0], atol=1e-4, rtol=1e-4)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert fusebackend.metrics.graphs_compiled == 2  # the prefill and one decode step
+    decode = fusebackend.history()[-1].schedule
+    layers, _, _ = generate.kv_shape(model)
+    # each layer's keys and values scattered into the cache's memory, no copy of the cache
+    assert decode.count("(into input") >= 2 * layers, decode
+    # ATen copies left: none of a cache (transformers 5.2x's 0-dim position count is copied by ATen)
+    _, heads, head_dim = generate.kv_shape(model)
+    cache = BATCH * heads * (PROMPT + NEW) * head_dim * 4
+    copies = [line for line in decode.splitlines() if "aten.copy_" in line]
+    assert all(f"read {cache / 1024:.2f} KiB" not in line for line in copies), decode
+
+
+def test_transformers_recipe_gives_eager_tokens(model_and_tokens) -> None:
+    name, model, ids, expected = model_and_tokens
+    torch._dynamo.reset()
+    fusebackend.metrics.reset()
+    with torch.no_grad(), fusebackend.config.patch(graph_cache=False):
+        tokens = generate.recipe(model, fusebackend.fuse, None)(ids, NEW)
+    assert torch.equal(tokens, expected), (tokens, expected)
+    assert fusebackend.metrics.graphs_compiled >= 1 and fusebackend.metrics.eager_graphs == 0
+
+
+def test_agree_counts_leading_tokens() -> None:
+    ref = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]])
+    got = torch.tensor([[1, 2, 3, 9], [1, 2, 7, 4]])
+    assert generate.agree(got, ref, 1) == 1  # the second row agrees on its first new token only
+    assert generate.agree(ref, ref, 1) == 3
