@@ -269,6 +269,8 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
                     sync()
                     times.append(time.perf_counter() - t0)
                 row = Row(model_name, batch, length, new, name, way, batch * new / statistics.median(times), first)
+                if profile and gpu:
+                    print(f"{name} {way} kernels:\n{profile_decode(run, ids, new)}", flush=True)
                 if lean is not None:
                     events: list = []
                     logits: list = []
@@ -279,8 +281,6 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
                         read = weight_bytes(model) + kv_bytes(model, batch, length + new // 2, dtype)
                         row.gb_per_s = read / (row.step_ms * 1e-3) / 1e9
                         row.bandwidth_share = row.gb_per_s / bandwidth if bandwidth else None
-                    if profile and gpu:
-                        print(f"{name} decode kernels:\n{profile_decode(lean, ids, new)}", flush=True)
                     if name == "eager":
                         reference_logits[:] = logits
                     elif reference_logits:
@@ -297,13 +297,13 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
     return rows
 
 
-def profile_decode(lean: Lean, ids: torch.Tensor, new: int, top: int = 12) -> str:
-    """The GPU kernels of a lean generation's decode steps, by total time: launches and
-    microseconds per step, heaviest first (``--profile``)."""
+def profile_decode(run: Callable[[torch.Tensor, int], torch.Tensor], ids: torch.Tensor, new: int, top: int = 12) -> str:
+    """The GPU kernels of a generation's decode steps, by total time: launches and microseconds
+    per step, heaviest first (``--profile``)."""
     from torch.profiler import ProfilerActivity, profile
 
     with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        lean.generate(ids, new)
+        run(ids, new)
         torch.cuda.synchronize()
     steps = max(new - 1, 1)
     kernels: dict[str, list[float]] = {}

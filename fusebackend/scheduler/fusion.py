@@ -205,48 +205,63 @@ def _merge_siblings(groups: Groups, model: TrafficModel, decisions: list[Decisio
 class Holding:
     """The memory a merge holds: outputs made before their time.
 
-    One kernel runs both groups once the inputs of both are ready: at the earlier group's place,
-    or after the later group's last other producer where that comes later. The later group's
-    outputs are made there and wait, over the steps up to the later group's place, less what the merge spares (the earlier
-    group's outputs that only the later one read): the merged group's stored bytes less the
-    earlier group's. A merge is refused where that wait crosses the graph's widest point: where
-    the bytes live over the span, as the graph's order holds them (``ordering.live_profile``,
-    taken once and updated by each merge taken), plus the held outputs exceed the peak. A chain
-    whose later link reads the one before it and nothing later holds nothing: its outputs are
-    no larger than what they replace, or are made where they were.
+    One kernel runs both groups before the first reader of the earlier group's outputs, so the
+    later group's outputs are made there and wait for their own place, less what the merge
+    spares (the earlier group's outputs that only the later one read): the merged group's stored
+    bytes less the earlier group's. A merge is refused where that wait crosses the graph's
+    widest point: where the bytes live over the places waited over, as the graph's order holds
+    them (``ordering.live_profile``, taken once and updated by each merge taken), plus the held
+    outputs exceed the peak by more than a slack (``SLACK_BYTES`` or ``SLACK_SHARE`` of the peak,
+    the lesser, for all merges together). A chain whose earlier link only the later one reads
+    holds nothing.
 
     What it stops: groups that read graph inputs alone (a convolution's weight made
     channels-last) all made at the first one's place: ResNet-50's first stage made three such
     weights at once, 0.1 MiB above Inductor's peak at b64 (H100, 2026-11-25). And every layer's
     work on one shared value made at once: BEiT's twelve layers each gather their relative
     position bias through one index computed from ``arange`` and expand it over the batch for
-    cuDNN's attention; fused as readers of that index (vertically, then as siblings), all twelve
-    biases (56.8 MiB each at b64) were made by the graph's first kernel, and a step peaked at
-    995 MiB against Inductor's 388 (H100, bf16, 2026-11-27).
+    cuDNN's attention (plus a mask made from ``arange``); fused as readers of that mask, all
+    twelve biases (56.8 MiB each at b64) were made by the graph's third kernel, and a step peaked
+    at 995 MiB against Inductor's 388 (H100, bf16, 2026-11-27). The merge's own place is no guide
+    where the later group's producers can move: each layer's position table, made from
+    parameters alone, was merged with the others and made first.
     """
 
     def __init__(self, groups: Groups, model: TrafficModel) -> None:
         self.groups, self.model = groups, model
         position, self.live, self.made = live_profile(groups, model)
-        # each group's first and last member's place in the graph's order
-        self.first, self.last = dict(position), dict(position)
+        # each group's first member's place in the graph's order, and the place its kernel can
+        # run at: after its producers, as early as its first member
+        self.first = dict(position)  # each group's first member's place in the graph's order
+        self.node_at = {k: g for g, k in position.items()}  # a group is named by one of its nodes
         self.peak = max(self.live, default=0)
+        # what merges may add to the peak in all: a launch saved is worth a little memory (twelve
+        # layers' 17 KiB position tables made by one kernel), not a layer's activations
+        self.slack = min(SLACK_BYTES, int(SLACK_SHARE * self.peak))
 
     def _stored(self, names: list[str]) -> int:
         return sum(size_hint(ir.storage_numel(buf) * buf.dtype.itemsize) for buf in self.model.stored(names))
 
-    def _span(self, a: str, b: str) -> tuple[range, int]:
-        """The places the later group's outputs would wait over, and the bytes they add: from
-        after the earlier group and the later one's producers, to the later group's first member."""
+    def _span(self, a: str, b: str) -> tuple[list[int], int]:
+        """The places the later group's outputs would wait over, and the bytes they add.
+
+        The merged kernel runs before the first reader of the earlier group's outputs, so the
+        later group's outputs wait from there to the later group's own place: over every place
+        between that is not the pair's. An earlier group read by no one else (a chain: a
+        reduction and the division reading its row) pins nothing, and holds nothing."""
         f, g = sorted((a, b), key=self.first.__getitem__)
-        start = max([self.last[f]] + [self.last[p] for p in self.groups.group_pred(g) if p != f and p in self.last])
-        extra = self._stored(self.groups.members[a] + self.groups.members[b]) - self.made[f]
-        return range(start + 1, self.first[g]), extra
+        members, group_of = self.groups.members, self.groups.group_of
+        extra = self._stored(members[a] + members[b]) - self.made[f]
+        read = [self.first[group_of[r]] for buf in self.model.stored(members[f])
+                for r in self.model.readers.get(buf.name, ()) if group_of[r] not in (f, g)]
+        if not read or extra <= 0:
+            return [], extra
+        return [k for k in range(min(read), self.first[g]) if group_of[self.node_at[k]] not in (f, g)], extra
 
     def refusal(self, a: str, b: str) -> str | None:
         """Why ``a`` and ``b`` may not run as one kernel for memory, or None."""
         span, extra = self._span(a, b)
-        if not span or extra <= 0 or max(self.live[k] for k in span) + extra <= self.peak:
+        if not span or max(self.live[k] for k in span) + extra <= self.peak + self.slack:
             return None
         return (f"would make {extra / 2**20:.2f} MiB {len(span)} steps before its readers, "
                 f"above the graph's widest point ({self.peak / 2**20:.2f} MiB)")
@@ -260,7 +275,6 @@ class Holding:
                 self.live[k] += extra
         keep = self.groups.merge(a, b)
         self.first[keep] = min(self.first[a], self.first[b])
-        self.last[keep] = max(self.last[a], self.last[b])
         self.made[keep] = self._stored(self.groups.members[keep])
         return keep
 
@@ -292,6 +306,7 @@ def _no_more_bytes(model: TrafficModel, groups: Groups, a: str, b: str) -> bool:
 
 
 _KIND_RANK = {"vertical": 0, "horizontal": 1}
+SLACK_BYTES, SLACK_SHARE = 1 << 20, 0.02  # Holding: merges may raise the peak by the lesser
 HORIZONTAL_REACH = 8  # a buffer read by many groups pairs each with its nearest readers only
 
 
