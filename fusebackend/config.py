@@ -94,6 +94,10 @@ class Config:
     # "auto" pads them on a GPU in half precision where the product is large; "always" pads every
     # one (any device, dtype, size); "never" leaves them to cuBLAS as they are.
     pad_mm: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PAD_MM", "auto"))
+    # FUSE_ROW_PRODUCTS: matrix products of at most this many rows (a decode step's, whose M is
+    # the batch) generated as sum reductions over K, their casts and epilogues fused
+    # (lowering/matmuls.py, ``_row_product``); 0 leaves every product to cuBLAS.
+    row_products: int = dataclasses.field(default_factory=lambda: _env_int("FUSE_ROW_PRODUCTS", 0))
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)

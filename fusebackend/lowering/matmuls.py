@@ -35,12 +35,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import sympy
 import torch
 
 from fusebackend import ir, sizevars
+from fusebackend.ir import cast, op
 from fusebackend.config import config
 from fusebackend.lowering.graph import GraphLowering
-from fusebackend.lowering.values import TensorArg
+from fusebackend.lowering.values import LoweringContext, TensorArg
 from fusebackend.lowering.registry import POINTWISE, Unsupported, register_composite
 
 aten = torch.ops.aten
@@ -181,8 +183,62 @@ def _padded_product(b: GraphLowering, op: Any, bias: TensorArg | None, mat1: Ten
     return b.view((product,), meta)
 
 
+def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2: TensorArg,
+                 beta: Any = 1, alpha: Any = 1) -> TensorArg | None:
+    """``alpha * mat1 @ mat2 + beta * bias`` as a sum reduction over K, where ``mat1`` has at most
+    ``config.row_products`` rows; None where it does not apply.
+
+    A product of few rows (a decode step's, whose M is the batch) reads each weight once and does
+    two operations per element read: it is a memory-bound reduction, one output element per row
+    of the weight. Generated as one, the weight is read along K in its rows (a ``Linear``'s
+    weight, transposed, is [K, N] with K contiguous), in the accumulation dtype, and what reads
+    the product fuses into the reduction's kernel: its cast, bias, activation, residual."""
+    if config.row_products <= 0 or not (isinstance(mat1, TensorArg) and isinstance(mat2, TensorArg)):
+        return None
+    if mat1.meta.dim() != 2 or mat2.meta.dim() != 2 or sizevars.symbolic(tuple(mat1.sizes) + tuple(mat2.sizes)):
+        return None
+    (m, k), n = tuple(mat1.sizes), mat2.sizes[1]
+    if not 0 < m <= config.row_products or k == 0 or n == 0 or not mat1.dtype.is_floating_point:
+        return None
+    acc = ir.compute_dtype(mat1.dtype)
+    view = mat1.view
+    # the reduction's domain [M, N, K]: mat1 broadcast along N, read at (m, k)
+    domain = TensorArg(ir.View(view.buffer, (m, n, k), (view.strides[0], 0, view.strides[1]), view.offset),
+                       torch.empty_strided((m, n, k), (k, 0, 1), dtype=mat1.dtype, device="meta"))
+
+    def products(ctx: LoweringContext) -> ir.Expr:
+        i, j, r = ctx.vars
+        return op("mul", cast(ir.Load(view, (i, r)), acc), cast(ir.Load(mat2.view, (r, j)), acc))
+
+    sums = b.reduce(domain, [2], False, "sum", acc, products)
+    meta = b.out_meta
+
+    def result(ctx: LoweringContext) -> ir.Expr:
+        i, j = ctx.vars
+        out: ir.Expr = ir.Load(sums.view, (i, j))
+        if alpha != 1:
+            out = op("mul", out, ir.Constant(float(alpha), acc))
+        if bias is not None and beta != 0:  # beta 0: the bias is not read (eager ignores even NaN there)
+            term = cast(_bias_load(bias, i, j), acc)
+            out = op("add", out, term if beta == 1 else op("mul", term, ir.Constant(float(beta), acc)))
+        return out
+
+    return b.pointwise(tuple(meta.shape), meta.dtype, result, tuple(meta.stride()))
+
+
+def _bias_load(bias: TensorArg, i: Any, j: Any) -> ir.Expr:
+    """The bias at output element (i, j): a row of N, or a full [M, N] (broadcast as it is)."""
+    sizes = tuple(bias.sizes)
+    if len(sizes) == 1:
+        return ir.Load(bias.view, (j if sizes[0] != 1 else sympy.Integer(0),))
+    return ir.Load(bias.view, (i if sizes[0] != 1 else sympy.Integer(0), j if sizes[1] != 1 else sympy.Integer(0)))
+
+
 @register_composite(aten.mm.default, symbolic=True)
 def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
+    rows = _row_product(b, None, self, mat2)
+    if rows is not None:
+        return rows
     return _padded_product(b, aten.mm.default, None, self, mat2, {})
 
 
@@ -191,4 +247,7 @@ def addmm(b: GraphLowering, self: TensorArg, mat1: TensorArg, mat2: TensorArg, b
           alpha: Any = 1) -> TensorArg:
     if not isinstance(self, TensorArg) or self.meta.dim() != 1:
         raise Unsupported("a bias that is not one row")
+    rows = _row_product(b, self, mat1, mat2, beta, alpha)
+    if rows is not None:
+        return rows
     return _padded_product(b, aten.addmm.default, self, mat1, mat2, {"beta": beta, "alpha": alpha})
