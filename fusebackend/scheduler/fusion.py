@@ -230,8 +230,6 @@ class Holding:
     def __init__(self, groups: Groups, model: TrafficModel) -> None:
         self.groups, self.model = groups, model
         position, self.live, self.made = live_profile(groups, model)
-        # each group's first member's place in the graph's order, and the place its kernel can
-        # run at: after its producers, as early as its first member
         self.first = dict(position)  # each group's first member's place in the graph's order
         self.node_at = {k: g for g, k in position.items()}  # a group is named by one of its nodes
         self.peak = max(self.live, default=0)
@@ -277,6 +275,7 @@ class Holding:
         self.first[keep] = min(self.first[a], self.first[b])
         self.made[keep] = self._stored(self.groups.members[keep])
         return keep
+
 
 def _space_key(groups: Groups, g: str) -> tuple[int, ...]:
     """(rows, positions per row) of the group's first reduction, or (elements,) of its largest
