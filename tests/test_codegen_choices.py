@@ -440,7 +440,7 @@ def _statements(source: str) -> list[str]:
 def test_pdl_kernels_wait_for_the_grid_before_anything_else(fn: Callable[..., Any], shape: tuple[int, ...],
                                                             marks: list[str]) -> None:
     from fusebackend import codegen
-    from fusebackend.codegen.body import GRID_WAIT
+    from fusebackend.codegen.kernel_header import GRID_WAIT
 
     plans = _schedule(fn, torch.randn(shape)).kernels
     assert len(plans) == len(marks)

@@ -75,3 +75,15 @@ def test_a_decode_step_generates_its_products() -> None:
     assert torch.equal(tokens, expected)
     decode = fusebackend.history()[-1]
     assert "aten.mm" not in decode.schedule and "aten.addmm" not in decode.schedule, decode.schedule
+
+
+@pytest.mark.parametrize("bias_size", [6, 1], ids=["row", "one-value"])
+def test_addmm_scales_and_a_broadcast_bias(bias_size: int) -> None:
+    torch.manual_seed(0)
+    x, w, bias = torch.randn(1, 5), torch.randn(5, 6), torch.randn(bias_size)
+
+    def fn(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(bias, x, w, beta=0.5, alpha=2.0)
+
+    assert_same(_compiled(fn, x, w, bias, rows=1), fn(x, w, bias), atol=1e-5, rtol=1e-5)
+    assert kernel_count() == 1 and not fusebackend.metrics.fallbacks

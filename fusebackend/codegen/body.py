@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-from typing import Any, Sequence
 
 import sympy
 import torch
@@ -586,49 +584,3 @@ class KernelBody:
 
 
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
-
-_ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")
-
-
-def in_place_pairs(body: KernelBody, stores: dict[str, sympy.Expr]) -> tuple[tuple[str, str], ...]:
-    """(output, input) pairs of a kernel where every load of the input is at the offset
-    the output is stored at, and none is a gather: each element of the input is read by the lane
-    that then writes the same element of the output, so the output may be written over the
-    input where nothing reads the input afterwards. Offsets are compared as expressions of the
-    kernel's indices, so equal offsets name the same element of two buffers that start at the
-    same address."""
-    loads: dict[str, set[sympy.Expr]] = {}
-    for buf, offset in body.load_offsets:
-        loads.setdefault(buf.name, set()).add(offset)
-    return tuple((out, name) for out, offset in stores.items() for name, seen in loads.items()
-                 if name not in body.gathered and seen == {offset})
-
-
-def kernel_name(plan: KernelPlan, index: int) -> str:
-    ops: list[str] = []
-    for node in plan.nodes:
-        m = _ORIGIN.search(getattr(node, "origin", ""))
-        name = m.group(1).strip("_") if m else type(node).__name__.lower()
-        if name not in ops:
-            ops.append(name)
-    kind = ("scatter" if any(isinstance(n, ir.Scatter) for n in plan.nodes) else "scan"
-            if isinstance(plan.space.anchor, ir.Scan) else "red" if plan.space.anchor is not None else "pw")
-    shown = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
-    return f"fused_{kind}{index}_{shown}"
-
-
-def describe(plan: KernelPlan) -> list[str]:
-    """Comment lines naming the nodes a kernel computes and the bytes it moves."""
-    stored = {b.name for b in plan.stored}
-    lines = []
-    for node in plan.nodes:
-        tag = "stored" if node.name in stored else "in registers"
-        what = node.described() if isinstance(node, (ir.Pointwise, ir.Reduction)) else getattr(node, "origin", "")
-        lines.append(f"# {node.name} ({tag}): {what}")
-    lines.append(f"# reads {plan.bytes_read} B, writes {plan.bytes_written} B")
-    return lines
-
-
-# The first statement of a kernel launched with programmatic dependent launch: nothing in it may
-# read or write memory before the kernel ahead of it in the stream has finished.
-GRID_WAIT = "tl.extra.cuda.gdc_wait()  # launched early (PDL): wait for the kernel before this one"

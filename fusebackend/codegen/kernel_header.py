@@ -1,13 +1,17 @@
 """The lines that open a generated kernel's module: imports and the ``triton.jit`` decorator,
-with the size arguments Triton must not specialize (kernels over symbolic sizes)."""
+with the size arguments Triton must not specialize (kernels over symbolic sizes); the kernel's
+name, the comments naming what it computes, and the wait a kernel launched early starts with."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 import sympy
 
+from fusebackend import ir
 from fusebackend.indexing_symbolic import quotient
+from fusebackend.scheduler import KernelPlan
 
 HEADER = [
     "import triton",
@@ -38,3 +42,36 @@ def sizes_in(expr: Any) -> set[sympy.Symbol]:
     if isinstance(expr, int):
         return set()
     return {s for s in sympy.sympify(expr).free_symbols if s.is_positive is True}
+
+
+_ORIGIN = re.compile(r"(?:aten|prims)\.(\w+?)(?:\.|$| )")
+
+
+def kernel_name(plan: KernelPlan, index: int) -> str:
+    ops: list[str] = []
+    for node in plan.nodes:
+        m = _ORIGIN.search(getattr(node, "origin", ""))
+        name = m.group(1).strip("_") if m else type(node).__name__.lower()
+        if name not in ops:
+            ops.append(name)
+    kind = ("scatter" if any(isinstance(n, ir.Scatter) for n in plan.nodes) else "scan"
+            if isinstance(plan.space.anchor, ir.Scan) else "red" if plan.space.anchor is not None else "pw")
+    shown = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+    return f"fused_{kind}{index}_{shown}"
+
+
+def describe(plan: KernelPlan) -> list[str]:
+    """Comment lines naming the nodes a kernel computes and the bytes it moves."""
+    stored = {b.name for b in plan.stored}
+    lines = []
+    for node in plan.nodes:
+        tag = "stored" if node.name in stored else "in registers"
+        what = node.described() if isinstance(node, (ir.Pointwise, ir.Reduction)) else getattr(node, "origin", "")
+        lines.append(f"# {node.name} ({tag}): {what}")
+    lines.append(f"# reads {plan.bytes_read} B, writes {plan.bytes_written} B")
+    return lines
+
+
+# The first statement of a kernel launched with programmatic dependent launch: nothing in it may
+# read or write memory before the kernel ahead of it in the stream has finished.
+GRID_WAIT = "tl.extra.cuda.gdc_wait()  # launched early (PDL): wait for the kernel before this one"

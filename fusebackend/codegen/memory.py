@@ -39,13 +39,17 @@ where Inductor had two: H100, torch 2.11, 2026-11-25). The planned peak counts t
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+import sympy
 import torch
 
 from fusebackend import ir
 from fusebackend.sizevars import size_hint
 from fusebackend.scheduler import ExternCall, KernelPlan, format_bytes
+
+if TYPE_CHECKING:
+    from fusebackend.codegen.body import KernelBody
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,3 +159,17 @@ def _aliased_by_externs(steps: Sequence[KernelPlan | ExternCall]) -> set[str]:
             if ir.is_collective(step.node):
                 out |= {buf.name for _, buf in step.node.outputs}
     return out
+
+
+def in_place_pairs(body: "KernelBody", stores: dict[str, sympy.Expr]) -> tuple[tuple[str, str], ...]:
+    """(output, input) pairs of a kernel where every load of the input is at the offset
+    the output is stored at, and none is a gather: each element of the input is read by the lane
+    that then writes the same element of the output, so the output may be written over the
+    input where nothing reads the input afterwards. Offsets are compared as expressions of the
+    kernel's indices, so equal offsets name the same element of two buffers that start at the
+    same address."""
+    loads: dict[str, set[sympy.Expr]] = {}
+    for buf, offset in body.load_offsets:
+        loads.setdefault(buf.name, set()).add(offset)
+    return tuple((out, name) for out, offset in stores.items() for name, seen in loads.items()
+                 if name not in body.gathered and seen == {offset})

@@ -21,8 +21,9 @@ import sympy
 
 from fusebackend import indexing, ir
 from fusebackend.config import config, use_interpreter
-from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
-from fusebackend.codegen.kernel_header import HEADER, header, sizes_in
+from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.memory import in_place_pairs
+from fusebackend.codegen.kernel_header import GRID_WAIT, HEADER, describe, header, kernel_name, sizes_in
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.sizevars import ceil_div, size_hint

@@ -27,8 +27,9 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, in_place_pairs, kernel_name
-from fusebackend.codegen.kernel_header import header, sizes_in
+from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.memory import in_place_pairs
+from fusebackend.codegen.kernel_header import GRID_WAIT, describe, header, kernel_name, sizes_in
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
@@ -253,7 +254,7 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
 def _in_place(body: KernelBody, stores: dict[str, sympy.Expr], loads_before_store: list[int]
               ) -> tuple[tuple[str, str], ...]:
     """(output, input) pairs of a persistent kernel that may share memory: the input is read only
-    at the element the output is stored at (``body.in_place_pairs``), every load of it comes
+    at the element the output is stored at (``memory.in_place_pairs``), every load of it comes
     before the first store, and the output's value depends on a reduction of its row (so each
     element is stored only after the whole row, that element included, was read: a softmax over
     the scores it overwrites)."""

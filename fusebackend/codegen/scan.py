@@ -26,8 +26,8 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, kernel_name
-from fusebackend.codegen.kernel_header import header, sizes_in
+from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.kernel_header import GRID_WAIT, describe, header, kernel_name, sizes_in
 from fusebackend.codegen.reduction import FULL, ROW, Layout
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
 from fusebackend.codegen.writer import LineWriter

@@ -17,8 +17,8 @@ import sympy
 import torch
 
 from fusebackend import ir
-from fusebackend.codegen.body import GRID_WAIT, KernelBody, KernelSource, describe, kernel_name
-from fusebackend.codegen.kernel_header import HEADER
+from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.kernel_header import GRID_WAIT, HEADER, describe, kernel_name
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.scheduler import KernelPlan

@@ -35,11 +35,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import sympy
 import torch
 
 from fusebackend import ir, sizevars
-from fusebackend.ir import cast, op
 from fusebackend.config import config
 from fusebackend.lowering.graph import GraphLowering
 from fusebackend.lowering.values import LoweringContext, TensorArg
@@ -208,7 +206,7 @@ def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2
 
     def products(ctx: LoweringContext) -> ir.Expr:
         i, j, r = ctx.vars
-        return op("mul", cast(ir.Load(view, (i, r)), acc), cast(ir.Load(mat2.view, (r, j)), acc))
+        return ir.op("mul", ir.cast(ir.Load(view, (i, r)), acc), ir.cast(ir.Load(mat2.view, (r, j)), acc))
 
     sums = b.reduce(domain, [2], False, "sum", acc, products)
     meta = b.out_meta
@@ -217,21 +215,13 @@ def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2
         i, j = ctx.vars
         out: ir.Expr = ir.Load(sums.view, (i, j))
         if alpha != 1:
-            out = op("mul", out, ir.Constant(float(alpha), acc))
+            out = ir.op("mul", out, ir.Constant(float(alpha), acc))
         if bias is not None and beta != 0:  # beta 0: the bias is not read (eager ignores even NaN there)
-            term = cast(_bias_load(bias, i, j), acc)
-            out = op("add", out, term if beta == 1 else op("mul", term, ir.Constant(float(beta), acc)))
+            term = ir.cast(ir.Load(bias.view, (j if bias.sizes[0] != 1 else 0,)), acc)  # a row of N, or one value
+            out = ir.op("add", out, term if beta == 1 else ir.op("mul", term, ir.Constant(float(beta), acc)))
         return out
 
     return b.pointwise(tuple(meta.shape), meta.dtype, result, tuple(meta.stride()))
-
-
-def _bias_load(bias: TensorArg, i: Any, j: Any) -> ir.Expr:
-    """The bias at output element (i, j): a row of N, or a full [M, N] (broadcast as it is)."""
-    sizes = tuple(bias.sizes)
-    if len(sizes) == 1:
-        return ir.Load(bias.view, (j if sizes[0] != 1 else sympy.Integer(0),))
-    return ir.Load(bias.view, (i if sizes[0] != 1 else sympy.Integer(0), j if sizes[1] != 1 else sympy.Integer(0)))
 
 
 @register_composite(aten.mm.default, symbolic=True)

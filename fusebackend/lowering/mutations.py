@@ -116,9 +116,6 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
             assert isinstance(node, ir.Pointwise)
             expanded[name] = dataclasses.replace(node, body=substitute(node, expanded))
     for name, (copy, copy_target) in taken.items():
-        ivars = indexing.loop_vars("i", len(copy.buffer.sizes))
-        ranges = dict(zip(ivars, (max(n, 1) for n in copy.buffer.sizes)))
-        unit = {v: 0 for v, n in zip(ivars, copy.buffer.sizes) if n == 1}
         for load in ir.loads(substitute(copy, expanded)):
             read_name = load.view.buffer.name
             if read_name in sources:  # every plain load of a tainted node is inlined
@@ -135,11 +132,8 @@ def _blame(graph: ir.IRGraph, taken: dict[str, tuple[ir.Pointwise, ir.Buffer]],
                 # refuses a kernel that would both read it at other lanes and write it
                 if read_name == copy_target.name:
                     blame([read_name], f"{name}, of another shape, reads it")
-            else:
-                read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
-                written = indexing.ravel(list(ivars), target.strides, 0)
-                if sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) != 0:
-                    blame([read_name], "its value reads the input at another element")
+            elif not _at_own_element(load, copy.buffer.sizes, target.strides):
+                blame([read_name], "its value reads the input at another element")
     return blamed
 
 
@@ -151,11 +145,19 @@ def _identity_load(node: ir.Node, source: ir.Buffer) -> bool:
     view, buf = node.body.view, node.buffer
     if view.buffer.name != source.name or (buf.dtype, buf.sizes, buf.strides) != (source.dtype, source.sizes, source.strides):
         return False
-    ivars = indexing.loop_vars("i", len(buf.sizes))
-    unit = {v: 0 for v, n in zip(ivars, buf.sizes) if n == 1}  # a dim of one element may be read at 0
-    read = indexing.ravel(list(node.body.index), view.strides, view.offset)
-    written = indexing.ravel(list(ivars), buf.strides, 0)
-    return sympy.expand((read - written).xreplace(unit)) == 0
+    return _at_own_element(node.body, buf.sizes, buf.strides)
+
+
+def _at_own_element(load: ir.Load, sizes: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """Whether ``load``, in a node of ``sizes`` over loop variables ``i0, i1, ...``, reads the
+    element that a buffer of ``strides`` holds at the node's own element (a dim of one element
+    may be read at 0)."""
+    ivars = indexing.loop_vars("i", len(sizes))
+    ranges = dict(zip(ivars, (max(n, 1) for n in sizes)))
+    unit = {v: 0 for v, n in zip(ivars, sizes) if n == 1}
+    read = indexing.ravel(list(load.index), load.view.strides, load.view.offset)
+    written = indexing.ravel(list(ivars), strides, 0)
+    return sympy.expand(indexing.simplify(read - written, ranges).xreplace(unit)) == 0
 
 
 def scatters_into_inputs(graph: ir.IRGraph, copies: Sequence[tuple[ir.Pointwise, ir.Buffer]],

@@ -23,7 +23,7 @@ from fusebackend import indexing, ir
 from fusebackend.config import config
 from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.groups import Groups
-from fusebackend.scheduler.ordering import live_profile
+from fusebackend.scheduler.ordering import live_profile, storage_bytes
 from fusebackend.scheduler.space import SpaceError, plan_space
 from fusebackend.sizevars import size_hint
 
@@ -238,7 +238,7 @@ class Holding:
         self.slack = min(SLACK_BYTES, int(SLACK_SHARE * self.peak))
 
     def _stored(self, names: list[str]) -> int:
-        return sum(size_hint(ir.storage_numel(buf) * buf.dtype.itemsize) for buf in self.model.stored(names))
+        return sum(storage_bytes(buf) for buf in self.model.stored(names))
 
     def _span(self, a: str, b: str) -> tuple[list[int], int]:
         """The places the later group's outputs would wait over, and the bytes they add.

@@ -73,6 +73,11 @@ def memory_order(groups: Groups, model: TrafficModel) -> list[str]:
     return graph_order
 
 
+def storage_bytes(buf: ir.Buffer) -> int:
+    """The bytes a buffer's memory takes (over symbolic sizes: at the hints)."""
+    return size_hint(ir.storage_numel(buf) * buf.dtype.itemsize)
+
+
 def footprints(groups: Groups, model: TrafficModel, order: list[str]) -> Footprints:
     made: dict[str, dict[str, int]] = {}
     externs: set[str] = set()
@@ -84,7 +89,7 @@ def footprints(groups: Groups, model: TrafficModel, order: list[str]) -> Footpri
             out = [] if ir.may_alias_arguments(nodes[0]) else [b for _, b in nodes[0].outputs]
         else:
             out = model.stored(members)
-        made[g] = {b.name: size_hint(ir.storage_numel(b) * b.dtype.itemsize) for b in out}  # symbolic: at the hints
+        made[g] = {b.name: storage_bytes(b) for b in out}
     owner = {name: g for g, bufs in made.items() for name in bufs}
     reads: dict[str, set[str]] = {}
     for g in order:
