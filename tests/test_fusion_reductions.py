@@ -471,3 +471,38 @@ def test_a_hundred_long_rows_split() -> None:
     assert any("split, phase 1" in src for src in art.kernels.values())
     art = compile_only(lambda x: x.sum(-1), torch.randn(256, 65536))  # enough rows: one kernel
     assert art.kernel_count == 1 and "split" not in next(iter(art.kernels.values()))
+
+
+@pytest.mark.parametrize("shape", [(2, 48, 6, 5), (3, 7, 5, 1)], ids=str)
+def test_a_channels_last_value_stored_beside_a_norm_over_its_channels_shares_its_loads(shape: tuple) -> None:
+    # y is logically [N, C, H, W] and channels-last in memory; the layer norm reads it as
+    # [N*H*W, C], its memory order. Stored where the norm reads it, y's store shares the norm's
+    # loads and addresses (no index arithmetic); matched by logical order it was reloaded and
+    # stored at scrambled addresses (one element per sector on a GPU)
+    n, c, h, w = shape
+    x = torch.randn(shape).to(memory_format=torch.channels_last)
+    b, g = torch.randn(c), torch.randn(c)
+
+    def fn(x: torch.Tensor, b: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x + b[None, :, None, None]
+        return y, F.layer_norm(y.permute(0, 2, 3, 1), (c,), g)
+
+    src = one_kernel(fn, x, b, g)
+    assert compile_fn(fn)(x, b, g)[0].stride() == fn(x, b, g)[0].stride()
+    assert loads(src) == 3 and stores(src) == 2, src  # x, b, g once each; y and the norm
+    assert "//" not in src and "%" not in src, src
+
+
+def test_a_channels_last_sum_over_all_but_channels_stores_its_addend_in_read_order() -> None:
+    # a bias gradient of a channels-last activation: (a + b) is stored (another reader needs it)
+    # and summed over N, H, W; the sum reads it as [N*H*W, C] in memory order
+    a, b = (torch.randn(4, 24, 7, 9).to(memory_format=torch.channels_last) for _ in range(2))
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        s = a + b
+        return s, s.sum((0, 2, 3))
+
+    src = one_kernel(fn, a, b)
+    assert loads(src) == 2 and stores(src) == 2, src
+    assert "//" not in src and "%" not in src, src
+
