@@ -7,7 +7,7 @@ fused kernel reads), codegen (evaluating in-kernel producers where they are load
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import sympy
 
@@ -25,12 +25,19 @@ def producer_index(
     return [indexing.simplify(e, ranges) for e in indexing.unravel(flat, buf.sizes, buf.strides)]
 
 
-def substitute(node: ir.Pointwise | ir.Reduction | ir.Scan, inlined: Mapping[str, ir.Pointwise]) -> ir.Expr:
-    """``node``'s body with each plain load of an ``inlined`` buffer replaced by that node's body
-    (one level: pass bodies already expanded to inline chains)."""
+def loop_ranges(node: ir.Pointwise | ir.Reduction | ir.Scan) -> dict[sympy.Symbol, Any]:
+    """The extent of each loop variable of ``node``'s body: ``i`` over its ranges, and for a
+    reduction ``r`` over its reduction ranges."""
     ranges = dict(zip(indexing.loop_vars("i", len(node.ranges)), node.ranges))
     if isinstance(node, ir.Reduction):
         ranges.update(zip(indexing.loop_vars("r", len(node.reduction_ranges)), node.reduction_ranges))
+    return ranges
+
+
+def substitute(node: ir.Pointwise | ir.Reduction | ir.Scan, inlined: Mapping[str, ir.Pointwise]) -> ir.Expr:
+    """``node``'s body with each plain load of an ``inlined`` buffer replaced by that node's body
+    (one level: pass bodies already expanded to inline chains)."""
+    ranges = loop_ranges(node)
 
     def leaf(e: ir.Expr) -> ir.Expr | None:
         if not isinstance(e, ir.Load) or e.view.buffer.name not in inlined:

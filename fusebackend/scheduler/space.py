@@ -30,7 +30,7 @@ from typing import Sequence
 import sympy
 
 from fusebackend import indexing, ir, sizevars
-from fusebackend.inlining import producer_index
+from fusebackend.inlining import loop_ranges, producer_index
 from fusebackend.scheduler.scan_scatter_space import plan_scan_space, plan_scatter_space
 from fusebackend.scheduler.space_types import R, X, KernelSpace, SpaceError  # also imported as space.X and so on
 from fusebackend.sizevars import size_hint
@@ -158,10 +158,10 @@ def _read_by(node: ir.Node, reductions: Sequence[ir.Reduction],
                 and indexing.is_dense(view.sizes, view.strides) and indexing.is_dense(buf.sizes, buf.strides))
 
     def walk(consumer: ir.Node, own: tuple[sympy.Expr, ...], sizes: tuple, at: tuple[sympy.Expr, ...],
-             own_ranges: dict[sympy.Symbol, int], depth: int) -> tuple[sympy.Expr, ...] | None:
+             red_ranges: dict[sympy.Symbol, int], depth: int) -> tuple[sympy.Expr, ...] | None:
         # ``own``: the index (over ``sizes``, in ``consumer``'s variables) at which its body reads
         # its elements one to one; ``at``: that index in the reduction's variables
-        ones = {v: 0 for v, size in own_ranges.items() if size == 1}  # a size-1 dim's index is read as 0
+        ones = {v: 0 for v, size in loop_ranges(consumer).items() if size == 1}  # a size-1 dim's index reads as 0
         own = tuple(sympy.sympify(e).xreplace(ones) for e in own)
         for load in ir.loads(consumer.body):
             if not isinstance(load, ir.Load) or tuple(sympy.sympify(e).xreplace(ones) for e in load.index) != own:
@@ -174,8 +174,7 @@ def _read_by(node: ir.Node, reductions: Sequence[ir.Reduction],
                 return pidx
             if depth and isinstance(producer, ir.Pointwise):
                 own_vars = tuple(indexing.loop_vars("i", len(producer.buffer.sizes)))
-                found = walk(producer, own_vars, tuple(producer.buffer.sizes), pidx,
-                             dict(zip(own_vars, producer.buffer.sizes)), depth - 1)
+                found = walk(producer, own_vars, tuple(producer.buffer.sizes), pidx, red_ranges, depth - 1)
                 if found is not None:
                     return found
         return None
@@ -183,10 +182,8 @@ def _read_by(node: ir.Node, reductions: Sequence[ir.Reduction],
     for red in reductions:
         if not red.source_index or sizevars.symbolic(tuple(red.source_sizes) + tuple(node.buffer.sizes)):
             continue
-        red_ranges = dict(zip(indexing.loop_vars("i", len(red.buffer.sizes)), red.buffer.sizes))
-        red_ranges.update(zip(indexing.loop_vars("r", len(red.reduction_ranges)), red.reduction_ranges))
         index = tuple(sympy.sympify(e) for e in red.source_index)
-        found = walk(red, index, tuple(red.source_sizes), index, red_ranges, 4)
+        found = walk(red, index, tuple(red.source_sizes), index, loop_ranges(red), 4)
         if found is not None:
             return red, found
     return None
