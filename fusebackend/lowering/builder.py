@@ -5,8 +5,9 @@ graph; composite lowerings receive it and build through these methods."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import sympy
 import torch
@@ -76,6 +77,71 @@ def split_count(xnumel: int, rnumel: int, column: bool) -> int:
         return 1
     split = 1 << (want.bit_length() - 1)  # a power of two: divides power-of-two lengths
     return split if rnumel % split == 0 else want
+
+
+# A split over interleaved rows (``_interleave``): where a row's runs in memory are shorter
+# than a cache line, and only when there is enough to read for a second kernel to pay
+_RUN_BYTES = 128
+_INTERLEAVE_MIN_ELEMENTS = 1 << 20
+_INTERLEAVE_MIN_RUNS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Interleave:
+    """How the rows of a reduction lie in memory when their runs interleave: each row is runs
+    of ``run`` neighbouring elements (its last ``inner`` reduced dims, in memory order), and
+    the runs of the rows along the output dims ``mid`` sit side by side between them, a dense
+    block of ``block`` elements. The rows along ``outer`` (the other output dims) are apart.
+
+    A GroupNorm of 32 groups over channels-last activations [N, C, H, W]: the rows are (n, g),
+    reduced over (h, w, the group's channels); a run is a group's C/32 channels at one
+    position and the block is all C channels there. A program a row reads a run, skips the
+    other groups' and reads the next: with 8 channels of bf16, 16 bytes in every 512.
+    """
+
+    inner: int
+    run: int
+    outer: tuple[int, ...]
+    mid: tuple[int, ...]
+    block: int
+
+
+def _interleave(reduced: Sequence[tuple[int, int]], kept: Sequence[tuple[int, int]], itemsize: int) -> Interleave | None:
+    """The ``Interleave`` of a reduction whose reduced dims, in memory order, have these
+    (size, stride) pairs, and whose output dims have these (size, stride) pairs in the
+    tensor it reads (elements of ``itemsize`` bytes); None where the rows' runs are a cache
+    line or longer, or no other row's runs lie between them."""
+    moving = [(size, abs(stride)) for size, stride in reduced if size != 1 and stride != 0]
+    run, k = 1, len(moving)
+    while k > 0 and moving[k - 1][1] == run:  # the dense suffix that starts at stride 1
+        run *= moving[k - 1][0]
+        k -= 1
+    if run == 1 or k == 0 or run * itemsize >= _RUN_BYTES:
+        return None
+    nearest = min(stride for _, stride in moving[:k])
+    mid = sorted((d for d, (size, stride) in enumerate(kept) if size != 1 and 0 < abs(stride) < nearest),
+                 key=lambda d: -abs(kept[d][1]))
+    block = run
+    for d in reversed(mid):  # innermost first: each output dim's runs dense beside the last
+        if abs(kept[d][1]) != block:
+            return None
+        block *= kept[d][0]
+    if not mid:
+        return None
+    outer = sorted((d for d in range(len(kept)) if d not in mid), key=lambda d: -abs(kept[d][1]))
+    return Interleave(len(moving) - k, run, tuple(outer), tuple(mid), block)
+
+
+class ReductionParts(NamedTuple):
+    """A reduction of a tensor as ``IRBuilder._reduction_parts`` lays it out."""
+
+    sizes: tuple[int, ...]  # the reduced tensor's sizes
+    out_sizes: tuple[int, ...]
+    rranges: tuple[int, ...]  # the reduced dims' sizes, in the order the reduction runs them
+    source_index: tuple[sympy.Expr, ...]  # the reduced tensor's index in i/r variables
+    value: ir.Expr  # the value reduced, in i/r variables
+    column: bool  # the last reduced dim is not the one of stride 1 in memory
+    interleave: Interleave | None
 
 
 class IRBuilder:
@@ -166,8 +232,8 @@ class IRBuilder:
         reads any tensor broadcast to that shape. With too few output rows to fill a GPU and long
         rows, the reduction is split in two phases (partial results, then their reduction).
         """
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(
-            src, dims, keepdim, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
+        parts = self._reduction_parts(src, dims, keepdim, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
+        sizes, out_sizes, rranges, source_index, value, column, _ = parts
         xnumel, rnumel = math.prod(out_sizes), math.prod(rranges)
         if rnumel == 0:  # reducing nothing: every output is the neutral element (eager's answer)
             if reduction_type in ("max", "min", "argmax", "argmin"):
@@ -175,6 +241,14 @@ class IRBuilder:
             acc = _accumulator_dtype(reduction_type, value.dtype)
             neutral = ir.Constant(ir._convert_scalar(_neutral(reduction_type, acc), acc), acc)
             return self._add_pointwise(out_sizes, out_dtype, neutral, None if strides is None else tuple(strides), self.origin)
+        partials = self._interleaved_partials(parts, reduction_type)
+        if partials is not None:  # phase 2: the partials of each row, [chunks, run]
+            buf = self._new_buffer(out_sizes, out_dtype, None if strides is None else tuple(strides))
+            index = indexing.loop_vars("i", len(out_sizes)) + indexing.loop_vars("r", 2)
+            phase2 = ir.Reduction(buf, ir.Load(partials[0].view, index), partials[0].sizes[-2:], reduction_type, (), (),
+                                  self.origin + " (split, phase 2)")
+            self.nodes.append(phase2)
+            return self._tensor_arg(buf, self.meta(buf))
         nsplit = self._split_count(xnumel, rnumel, column) if reduction_type not in ("argmax", "argmin") else 1
         if nsplit > 1:
             return self._split_reduce(value, out_sizes, rranges, reduction_type, out_dtype, nsplit, strides, column,
@@ -200,9 +274,8 @@ class IRBuilder:
     def _reduction_parts(
         self, src: TensorArg, dims: Sequence[int], keepdim: bool, body: Callable[[LoweringContext], ir.Expr],
         in_memory_order: bool = True,
-    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[sympy.Expr, ...], ir.Expr, bool]:
-        """(src sizes, output sizes, reduced sizes, src index in i/r variables, the body's value,
-        whether it is a column reduction) of a reduction of ``src`` over ``dims``.
+    ) -> ReductionParts:
+        """The parts of a reduction of ``src`` over ``dims`` (``ReductionParts``).
 
         With ``in_memory_order`` (a reduction whose result does not depend on the order it
         visits its elements: not argmax and argmin, which return a position), the reduced dims
@@ -221,44 +294,49 @@ class IRBuilder:
                          for d in range(len(sizes)))
 
         source_index = index_of(dims)
+        interleave = None
         value = body(LoweringContext(self._contiguous_meta(sizes, src.dtype), self.device, index=source_index,
                                      sizes=sizes))
         strides = dict(zip(dims, (src.view.strides[d] for d in dims)))
         if in_memory_order and len(dims) > 1 and not sizevars.symbolic(sizes) and not sizevars.symbolic(tuple(strides.values())):
             ranges = dict(zip(ivars, out_sizes)) | dict(zip(rvars, (sizes[d] for d in dims)))
-            read = self._read_strides(value, rvars, ranges)
+            read = self._read_strides(value, rvars, ranges, ivars)
             if read is not None:
-                strides = dict(zip(dims, read))
+                strides = dict(zip(dims, read[0]))
             order = memory_order(dims, sizes, strides)
             if order != dims:  # rename the reduction variables: position k runs along dim order[k]
                 value = ir.substitute_index(value, {rvars[dims.index(d)]: rvars[k] for k, d in enumerate(order)})
                 dims, source_index = order, index_of(order)
+            if read is not None:
+                interleave = _interleave([(sizes[d], strides[d]) for d in dims], list(zip(out_sizes, read[1])),
+                                         read[2])
         rranges = tuple(sizes[d] for d in dims)
         column = bool(dims) and strides[dims[-1]] != 1 and sizes[dims[-1]] not in (0, 1)
-        return sizes, out_sizes, rranges, source_index, value, column
+        return ReductionParts(sizes, out_sizes, rranges, source_index, value, column, interleave)
 
-    def _read_strides(self, value: ir.Expr, rvars: Sequence[sympy.Symbol],
-                      ranges: dict[sympy.Symbol, int]) -> list[int] | None:
-        """The stride, in elements of memory, of each of ``rvars`` in the largest tensor that
-        ``value`` reads from memory, looking through the pointwise nodes it loads (a copy, a
-        cast: the scheduler fuses them into the reduction, which then reads what they read).
-        A reduction over a contiguous copy of channels-last activations (the GroupNorm of torch
-        2.11's decomposition) reads the activations, so it takes their memory order. The
-        stride is the step of the address from position 0 to position 1 along each variable,
-        the other indices 0; None where nothing read moves with them."""
-        best: tuple[int, list[int]] | None = None
+    def _read_strides(self, value: ir.Expr, rvars: Sequence[sympy.Symbol], ranges: dict[sympy.Symbol, int],
+                      ivars: Sequence[sympy.Symbol] = ()) -> tuple[list[int], list[int], int] | None:
+        """The stride, in elements of memory, of each of ``rvars`` (and of ``ivars``) in the
+        largest tensor that ``value`` reads from memory, and that tensor's element size, looking
+        through the pointwise nodes it loads (a copy, a cast: the scheduler fuses them into the
+        reduction, which then reads what they read). A reduction over a contiguous copy of
+        channels-last activations (the GroupNorm of torch 2.11's decomposition) reads the
+        activations, so it takes their memory order. The stride is the step of the address from
+        position 0 to position 1 along each variable, the other indices 0; None where nothing
+        read moves with ``rvars``."""
+        best: tuple[int, list[int], list[int], int] | None = None
         zero = {v: 0 for v in ranges}
         for view, index in self._memory_reads(value, ranges, depth=_READ_DEPTH):
             address = indexing.ravel(index, view.strides, view.offset)
             try:
                 origin = int(address.xreplace(zero))
-                steps = [int(address.xreplace(zero | {r: 1})) - origin for r in rvars]
+                steps = [int(address.xreplace(zero | {v: 1})) - origin for v in (*rvars, *ivars)]
             except (TypeError, ValueError):  # a symbol left (a size): no stride to compare
                 continue
             size = view.buffer.numel * view.buffer.dtype.itemsize
-            if any(steps) and (best is None or size > best[0]):
-                best = (size, steps)
-        return None if best is None else best[1]
+            if any(steps[:len(rvars)]) and (best is None or size > best[0]):
+                best = (size, steps[:len(rvars)], steps[len(rvars):], view.buffer.dtype.itemsize)
+        return None if best is None else best[1:]
 
     def _memory_reads(self, value: ir.Expr, ranges: dict[sympy.Symbol, int],
                       depth: int) -> list[tuple[ir.View, list[sympy.Expr]]]:
@@ -295,20 +373,74 @@ class IRBuilder:
 
     def split_partials(
         self, src: TensorArg, dims: Sequence[int], reduction_type: str, body: Callable[[LoweringContext], ir.Expr],
-    ) -> tuple[TensorArg, int, bool] | None:
+    ) -> tuple[TensorArg, int, list[int]] | None:
         """Phase 1 alone of the split ``reduce`` would make (keepdim off), where it would split
-        the rows into chunks of equal length: (the partial results, the chunk length, whether the
-        split index is the partials' first dim (a column reduction) rather than their last).
-        None where ``reduce`` would not split. For reductions whose phase 2 is not the same
-        reduction of the partials (the variance's, which combines sums and m2s)."""
-        sizes, out_sizes, rranges, source_index, value, column = self._reduction_parts(
-            src, dims, False, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
-        rnumel = math.prod(rranges)
-        nsplit = self._split_count(math.prod(out_sizes), rnumel, column) if rnumel else 1
+        the rows into parts of equal length: (the partial results, the length of a part, the
+        partials' dims that phase 2 reduces). None where ``reduce`` would not split. For
+        reductions whose phase 2 is not the same reduction of the partials (the variance's,
+        which combines sums and m2s)."""
+        parts = self._reduction_parts(src, dims, False, body, in_memory_order=reduction_type not in ("argmax", "argmin"))
+        n_out = len(parts.out_sizes)
+        interleaved = self._interleaved_partials(parts, reduction_type)
+        if interleaved is not None:
+            return interleaved[0], interleaved[1], [n_out, n_out + 1]
+        rnumel = math.prod(parts.rranges)
+        nsplit = self._split_count(math.prod(parts.out_sizes), rnumel, parts.column) if rnumel else 1
         if nsplit <= 1 or rnumel % nsplit:
             return None
-        part, chunk = self._split_phase1(value, out_sizes, rranges, reduction_type, nsplit, column, (sizes, source_index))
-        return part, chunk, column
+        part, chunk = self._split_phase1(parts.value, parts.out_sizes, parts.rranges, reduction_type, nsplit,
+                                         parts.column, (parts.sizes, parts.source_index))
+        return part, chunk, [0] if parts.column else [n_out]
+
+    def _interleaved_partials(self, parts: ReductionParts, reduction_type: str) -> tuple[TensorArg, int] | None:
+        """Phase 1 of a reduction split over interleaved rows (``Interleave``), where it has one:
+        (the partial results viewed as [*out_sizes, chunks, run], the positions each reduces).
+
+        Each partial reduces one element of a run over a chunk of the positions along the
+        other reduced dims. Phase 1 is then a column reduction whose neighbouring columns are
+        neighbours in memory (a block of runs read whole, the partials stored as [outer,
+        chunk, block]), and phase 2 reduces each row's chunks x run partials. The chunks split
+        the positions where the columns alone are too few to fill a GPU (``split_count``); they
+        divide the positions exactly (an m2 has no neutral value to pad with)."""
+        il = parts.interleave
+        sizes, out_sizes, rranges = parts.sizes, parts.out_sizes, parts.rranges
+        if il is None or math.prod(out_sizes) * math.prod(rranges) < _INTERLEAVE_MIN_ELEMENTS:
+            return None
+        n_out, n_r = len(out_sizes), len(rranges)
+        outer_r, inner_r = rranges[:n_r - il.inner], rranges[n_r - il.inner:]
+        positions = math.prod(outer_r)
+        if positions < _INTERLEAVE_MIN_RUNS:
+            return None
+        chunks = split_count(math.prod(out_sizes) * il.run, positions, column=True)
+        while chunks > 1 and positions % chunks:
+            chunks -= 1
+        chunk = positions // chunks
+        outer_sizes = [out_sizes[d] for d in il.outer]
+        mid_sizes = [out_sizes[d] for d in il.mid]
+        contiguous = indexing.contiguous_strides
+        j0, j1, j2 = indexing.loop_vars("i", 3)
+        pos = indexing.loop_vars("r", 1)[0]
+        old_i, old_r = indexing.loop_vars("i", n_out), indexing.loop_vars("r", n_r)
+        renamed = dict(zip([old_i[d] for d in il.outer], indexing.unravel(j0, outer_sizes, contiguous(outer_sizes))))
+        renamed |= dict(zip([old_i[d] for d in il.mid],
+                            indexing.unravel(j2, mid_sizes, [il.run * s for s in contiguous(mid_sizes)])))
+        renamed |= dict(zip(old_r, indexing.unravel(j1 * chunk + pos, outer_r, contiguous(outer_r))
+                            + indexing.unravel(j2, inner_r, contiguous(inner_r))))
+        acc = _accumulator_dtype(reduction_type, parts.value.dtype)
+        part = self._new_buffer((math.prod(outer_sizes), chunks, il.block), acc, None)
+        source_index = tuple(sympy.sympify(e).xreplace(renamed) for e in parts.source_index)
+        self.nodes.append(ir.Reduction(part, ir.substitute_index(ir.cast(parts.value, acc), renamed), (chunk,),
+                                       reduction_type, sizes, source_index,
+                                       self.origin + " (split over interleaved rows, phase 1)"))
+        self._tensor_arg(part, self.meta(part))
+        strides = [0] * n_out
+        for d, stride in zip(il.outer, contiguous(outer_sizes)):
+            strides[d] = stride * chunks * il.block
+        for d, stride in zip(il.mid, contiguous(mid_sizes)):
+            strides[d] = stride * il.run
+        view_sizes, view_strides = tuple(out_sizes) + (chunks, il.run), tuple(strides) + (il.block, 1)
+        view = ir.View(part, view_sizes, view_strides, 0)
+        return TensorArg(view, torch.empty_strided(view_sizes, view_strides, dtype=acc, device="meta")), chunk
 
     def _split_reduce(
         self, value: ir.Expr, out_sizes: tuple[int, ...], rranges: tuple[int, ...], reduction_type: str,

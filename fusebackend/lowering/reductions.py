@@ -217,11 +217,10 @@ def _split_variance(
     sums = b.split_partials(x, dims, "sum", value)
     if sums is None:
         return None
-    s_part, chunk, column = sums
+    s_part, chunk, axes = sums
     m2s = b.split_partials(x, dims, "m2", value)
     assert m2s is not None
     m2_part = m2s[0]
-    axis = 0 if column else len(s_part.sizes) - 1
 
     def combined(ctx: LoweringContext) -> ir.Expr:
         mean = op("mul", ctx.value(total_kept, acc), Constant(1.0 / count, acc))
@@ -231,8 +230,8 @@ def _split_variance(
     origin = b.origin
     b.origin = origin + " (split, phase 2)"
     try:
-        total_kept = b.reduce(s_part, [axis], True, "sum", acc, lambda ctx: ctx.value(s_part, acc))
-        m2 = b.reduce(s_part, [axis], False, "sum", acc, combined)
+        total_kept = b.reduce(s_part, axes, True, "sum", acc, lambda ctx: ctx.value(s_part, acc))
+        m2 = b.reduce(s_part, axes, False, "sum", acc, combined)
     finally:
         b.origin = origin
     return m2, _reshaped(total_kept, tuple(m2.sizes))
