@@ -313,3 +313,21 @@ def test_zoo_report_merges_saved_runs(tmp_path: pathlib.Path) -> None:
         v.speedup = v.median_ms = None
     assert chart.render(untimed, merged, str(tmp_path / "none.png")) is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_relative_error_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # compared in chunks (the harness's float64 copies of 4 GiB logits would not fit a GPU):
+    # the same value as one pass, the largest difference and magnitude in different chunks,
+    # and NaN or infinity positions that differ in a later chunk still make it inf
+    from benchmarks.zoo import compare
+
+    expected = torch.randn(7, 13, dtype=torch.bfloat16)
+    actual = expected.float() + 1e-3 * torch.randn(7, 13)
+    actual[6, 12] += 0.5
+    expected[0, 0] = 40.0
+    whole = compare.relative_error(actual, expected)
+    monkeypatch.setattr(compare, "_CHUNK", 10)
+    assert compare.relative_error(actual, expected) == whole
+    assert whole == pytest.approx((actual - expected.float()).abs().max().item() / 40.0, rel=1e-6)
+    actual[5, 0] = float("nan")
+    assert compare.relative_error(actual.t(), expected.t()) == float("inf")

@@ -19,7 +19,7 @@ import triton
 import fusebackend
 from benchmarks import memory_bound
 from fusebackend.kernels import runtime
-from fusebackend.lowering import graph as graph_lowering
+from fusebackend.lowering import builder
 
 POINTWISE = [{"XBLOCK": b, "num_warps": w} for b in (1024, 2048, 4096) for w in (4, 8)]
 # rows of 8192: persistent (RBLOCK 8192) or looped with the row re-read from L2 (RBLOCK < 8192)
@@ -62,11 +62,11 @@ def copy_bandwidth() -> float:
 
 def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind: str, cfg: dict[str, int] | None) -> tuple[float, int, str]:
     original_pw, original_red, original_tile = runtime.pointwise_config, runtime.reduction_config, runtime.tile_config
-    original_split = graph_lowering.split_count
+    original_split = builder.split_count
     if cfg is not None and "split" in cfg:
         cfg = dict(cfg)
         split = cfg.pop("split")
-        graph_lowering.split_count = lambda xnumel, rnumel, column: split if xnumel * rnumel >= 1 << 20 else 1
+        builder.split_count = lambda xnumel, rnumel, column: split if xnumel * rnumel >= 1 << 20 else 1
     if cfg is not None and kind == "tile":
         runtime.tile_config = lambda ysize, inner: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None and kind == "pointwise":
@@ -94,7 +94,7 @@ def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind:
     finally:
         runtime.pointwise_config, runtime.reduction_config = original_pw, original_red
         runtime.tile_config = original_tile
-        graph_lowering.split_count = original_split
+        builder.split_count = original_split
 
 
 def main() -> None:
