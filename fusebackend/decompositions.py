@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch._inductor.inductor_prims  # noqa: F401  (registers the max pool offset prims)
 from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import decompositions as core_decompositions
 
 from fusebackend import foreach
 
@@ -63,29 +64,13 @@ _WHOLE = [
 _KEEP |= set(_WHOLE)
 
 
-def _with_fallback(ours: dict[Any, Callable[..., Any]], table: dict[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
-    """Each of ``ours``, falling back to ``table``'s decomposition of the same op where it
-    returns ``NotImplemented`` (a dtype it leaves to core's)."""
-
-    def chained(op: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
-        core = table.get(op)
-
-        def decompose(*args: Any, **kwargs: Any) -> Any:
-            out = fn(*args, **kwargs)
-            return core(*args, **kwargs) if out is NotImplemented and core is not None else out
-
-        return decompose
-
-    return {op: chained(op, fn) for op, fn in ours.items()}
-
-
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA))
     table.update(RANDOM)
     table.update(POOLS)
-    table.update(_with_fallback(LINEAR_ALGEBRA, table))
+    table[aten.baddbmm.default] = _baddbmm
     table.update(foreach.decompositions())  # an optimizer's _foreach_* ops, tensor by tensor
     return {op: fn for op, fn in table.items() if getattr(op, "overloadpacket", None) not in _KEEP | _WRONG}
 
@@ -149,7 +134,7 @@ def _baddbmm(self: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, bet
     the inputs (fp32 accumulation in the GEMM, rounded once to their dtype) and the scaling and
     the addition are pointwise in fp32, fused into whatever reads them (the softmax)."""
     if batch1.dtype not in (torch.float16, torch.bfloat16):
-        return NotImplemented  # core's decomposition, through the table below
+        return core_decompositions.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha)
     product = aten.bmm.default(batch1, batch2)
     out = product.float()
     if alpha != 1:
@@ -158,8 +143,6 @@ def _baddbmm(self: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, bet
         out = out + (self.float() if beta == 1 else self.float() * beta)
     return out.to(product.dtype)
 
-
-LINEAR_ALGEBRA = {aten.baddbmm.default: _baddbmm}
 
 @contextlib.contextmanager
 def whole_ops() -> Iterator[None]:
