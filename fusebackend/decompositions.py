@@ -41,6 +41,10 @@ _EXTRA = [
     aten.addcmul, aten.addcdiv, aten.lerp, aten.rsub,
     aten.nll_loss_forward, aten.nll_loss_backward, aten.mse_loss, aten.mse_loss_backward,
     aten.logsumexp, aten.rms_norm,
+    # as Inductor decomposes it: whole, the norm is an op AOTAutograd's partitioner will not
+    # recompute through, and ConvNeXt V2's GRN (x * its norm) was saved for the backward where
+    # Inductor recomputes it from x (two more MLP-wide activations in the tiny zoo configuration)
+    aten.linalg_vector_norm,
 ]
 
 _KEEP = {aten.clamp, aten.clamp_min, aten.clamp_max, aten.relu, aten.hardtanh}

@@ -1,0 +1,57 @@
+"""What a training graph saves for its backward: AOTAutograd's partition of fuse's joint graph
+against the partition of Inductor's (the same partitioner over Inductor's decompositions, with
+no code generated), so that fuse's peak memory is not above Inductor's for what the two save."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch._functorch.aot_autograd import aot_function
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._inductor.decomposition import select_decomp_table
+
+from fusebackend import backend
+from fusebackend.decompositions import decomposition_table
+
+
+def saved_bytes(fn: Callable[..., torch.Tensor], args: list[torch.Tensor], decompositions: dict[Any, Any],
+                partition: Callable[..., Any]) -> int:
+    """The bytes of the tensors the partition passes from the forward graph to the backward."""
+    sizes: list[int] = []
+
+    def recording(joint: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
+        fw, bw = partition(joint, inputs, **kwargs)
+        sizes.extend(n.meta["val"].numel() * n.meta["val"].element_size() for n in bw.graph.nodes
+                     if n.op == "placeholder" and not n.name.startswith("tangents")
+                     and isinstance(n.meta.get("val"), torch.Tensor))
+        return fw, bw
+
+    compiled = aot_function(fn, fw_compiler=lambda gm, _: gm, bw_compiler=lambda gm, _: gm,
+                            partition_fn=recording, decompositions=decompositions)
+    compiled(*args).sum().backward()
+    return sum(sizes)
+
+
+def test_a_global_response_norm_saves_no_more_than_inductors_partition() -> None:
+    # ConvNeXt V2's MLP: a product, GELU, GRN (x times its L2 norm over the positions, over the
+    # norms' mean), a product. Kept whole, the norm stopped the partitioner recomputing x * norm
+    # in the backward: it saved that MLP-wide activation, where Inductor's decomposition lets it
+    # recompute it from what is saved anyway
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 6, 16, requires_grad=True)
+    w1, w2 = torch.randn(64, 16, requires_grad=True), torch.randn(16, 64, requires_grad=True)
+    gamma, beta = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+
+    def block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, gamma: torch.Tensor,
+              beta: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(F.linear(x, w1))
+        g = torch.linalg.vector_norm(h, ord=2, dim=(1, 2), keepdim=True)
+        n = g / (g.mean(dim=-1, keepdim=True) + 1e-6)
+        return F.linear(gamma * (h * n) + beta + h, w2)
+
+    args = [x, w1, w2, gamma, beta]
+    ours = saved_bytes(block, args, decomposition_table(), backend._partition)
+    inductors = saved_bytes(block, args, select_decomp_table(), min_cut_rematerialization_partition)
+    assert ours <= inductors, (ours, inductors)
