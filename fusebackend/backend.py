@@ -330,18 +330,17 @@ def _aot_backend(captures: _Captures) -> Callable[..., Any]:
 
 
 def _partition(joint: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
-    """AOTAutograd's min-cut partitioner, on the joint graph without its ``aten.alias`` nodes.
+    """AOTAutograd's min-cut partitioner, on the joint graph without its no-op nodes (Inductor's
+    ``remove_noop_ops``, which Inductor runs on its joint graphs too: aliases, clones and
+    conversions to the same layout and dtype, where that makes no output an input's alias).
 
-    In a functional graph an alias is its argument under another name (decomposed ``detach``:
-    autograd detaches the attention output that its backward reads). Left in, the partitioner
-    sees two tensors where there is one, and in Llama's blocks it saved both the attention
-    output's alias (for the attention backward) and the copy that a transpose and reshape of it
-    made (for the output projection's backward), 8 MiB more per block at b4 s512 than Inductor's
-    blocks, which drop aliases before partitioning and recompute the copy in the backward
-    (FSDP2 over two H100s, 2026-11-25)."""
-    graph = joint.graph
-    for node in list(graph.find_nodes(op="call_function", target=torch.ops.aten.alias.default)):
-        node.replace_all_uses_with(node.args[0])
-        graph.erase_node(node)
+    A no-op node is the tensor it reads under another name, and the partitioner saw two tensors
+    where there is one: in Llama's blocks it saved both the attention output's alias (for the
+    attention backward) and the copy that a transpose and reshape of it made, 8 MiB more per
+    block at b4 s512 than Inductor's blocks (FSDP2 over two H100s, 2026-11-25); in DeBERTa's
+    attention both the probabilities and a clone of them for the product with the values."""
+    from torch._inductor.fx_passes.post_grad import remove_noop_ops
+
+    remove_noop_ops(joint.graph)
     joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
