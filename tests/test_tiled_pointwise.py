@@ -114,6 +114,31 @@ def test_tiled_kernel_with_many_outer_blocks_and_odd_sizes() -> None:
     assert "tiled: 40 (y) by 24 (x) elements per 7 outer block(s)" in source
 
 
+@pytest.mark.parametrize(("dtype", "hw"), [(torch.float32, (14, 14)), (torch.bfloat16, (7, 7)), (torch.float16, (3, 5))],
+                         ids=str)
+def test_a_transpose_over_an_extent_no_block_divides_is_tiled_and_masked(dtype: torch.dtype, hw: tuple[int, int]) -> None:
+    """A channels-last map written contiguous (NCHW): the output's fastest extent is the h * w
+    positions, which no block of 8 or more divides at 14x14 (196) or 7x7; the tile along them is
+    masked at the stores, its loads clamped into range, instead of a flat kernel reading one
+    element per sector. Under 8 positions (3x5 is 15: still tiled, 16 wide) every load in range too."""
+    h, w = hw
+    x = torch.randn(3, 40, h, w).to(dtype).to(memory_format=torch.channels_last)
+    check(lambda x: (torch.sigmoid(x) * 2).contiguous(), x)
+    source = _source()
+    positions = h * w
+    assert f"tiled: 40 (y) by {positions} (x) elements per 3 outer block(s)" in source
+    assert "masked at the stores" in source and ", xcmask)" in source
+    assert f"x_inner = tl.minimum(x_inner_raw, {positions} - 1)" in source
+    assert "ymask" not in source  # 40 channels: a block of 8 divides them
+    assert "xindex" not in source
+
+
+def test_an_extent_under_eight_keeps_the_flat_kernel() -> None:
+    x = torch.randn(4, 40, 2, 3).to(memory_format=torch.channels_last)  # 6 positions
+    check(lambda x: (x * 2).contiguous(), x)
+    assert "tiled" not in _source()
+
+
 # ------------------------------------------------ column tiles: per-channel values of NHWC tensors
 
 

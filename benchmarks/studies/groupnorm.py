@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = norm_cases(device, bandwidth) + (model_cases(device, bandwidth) if args.models else [])
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "copy_gbps": round(bandwidth / 1e9, 1)}
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "groupnorm.json"), "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=1)
     print(json.dumps(meta))

@@ -151,7 +151,9 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
 
     ``body`` is the flat kernel's, which recorded every load's offset as a function of xindex.
     The output dims are the first stored buffer's, in memory order; the load chosen is the
-    largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1.
+    largest one whose step along the fastest output dim is neither 0 (broadcast) nor 1. An
+    extent that no block of 8 or more divides (196 positions of a 14x14 map) is masked
+    (``runtime.tile_config``): flat, the kernel would read one element per 32-byte sector.
 
     Over symbolic sizes, decided at the sizes being compiled; the tile keeps the
     dims' own sizes, and along an extent of symbolic size a block of the hint's next power of
@@ -173,8 +175,8 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
             continue
         if not sizes_in(buf.numel):
             launch = runtime.tile_config(dims[j], inner)
-            if min(launch["XBLOCK"], launch["YBLOCK"]) < 8 or dims[j] % launch["YBLOCK"] or inner % launch["XBLOCK"]:
-                return None  # too thin a tile to coalesce either side, or blocks that need masks
+            if min(launch["XBLOCK"], launch["YBLOCK"]) < 8:
+                return None  # too thin a tile to coalesce either side
             return Tile(size_hint(buf.numel) // (dims[j] * inner), dims[j], inner, launch, load.name)
         own = _own_dims(buf)
         ysize, own_inner = own[j], math.prod(own[j + 1:])
@@ -275,13 +277,16 @@ def _step(offset: sympy.Expr, by: int) -> int:
 
 def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> KernelSource:
     """The tiled kernel. Its blocks divide both extents (no masks), but for an extent of a
-    symbolic size: it is masked at the stores, and its positions past the end read
-    its last one again (``tl.minimum``), so that every load stays in range unmasked and a
-    per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes the kernel takes both
-    extents and the symbols its indices use as arguments, and its grid is computed at each call."""
+    symbolic size or one its block does not divide: it is masked at the stores, and its
+    positions past the end read its last one again (``tl.minimum``), so that every load stays
+    in range unmasked and a per-column load stays one ``[1, XBLOCK]`` block. Over symbolic sizes
+    the kernel takes both extents and the symbols its indices use as arguments, and its grid is
+    computed at each call."""
     space = plan.space
     numel = space.xnumel
-    rows, columns = sizes_in(tile.ysize), sizes_in(tile.inner)
+    launch = tile.launch
+    rows = bool(sizes_in(tile.ysize)) or tile.ysize % launch["YBLOCK"] != 0
+    columns = bool(sizes_in(tile.inner)) or tile.inner % launch["XBLOCK"] != 0
     body = KernelBody(plan, space, XDIMS)  # the blocks divide both tiled extents
     outer = tile.outer if sizes_in(tile.outer) else max(tile.outer, 1)
     body.ranges = {X_OUTER: outer, Y_INDEX: tile.ysize, X_INNER: tile.inner}
@@ -292,10 +297,10 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     tiled = {X: tile.substitute()}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
     stores, outputs, in_place = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
-    launch = tile.launch
     name = kernel_name(plan, index)
     symbols = body.size_params()
-    symbolic = bool(rows or columns or sizes_in(tile.outer) or symbols)
+    symbolic = bool(sizes_in(tile.ysize) or sizes_in(tile.inner) or sizes_in(tile.outer) or symbols)
+    ysize, xsize = ("ysize", "xsize") if symbolic else (str(tile.ysize), str(tile.inner))
     w = LineWriter()
     params = list(body.inputs.values()) + list(outputs.values())
     if symbolic:
@@ -319,11 +324,10 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
             w.line(GRID_WAIT)
         pid = "tl.program_id(0).to(tl.int64)" if body.uses_int64(numel) else "tl.program_id(0)"
         w.line(f"pid = {pid}")
-        w.line("x_tiles = (xsize + XBLOCK - 1) // XBLOCK" if columns else f"x_tiles = {tile.inner} // XBLOCK")
-        w.line("y_tiles = (ysize + YBLOCK - 1) // YBLOCK" if rows else
-               f"y_tiles = {'ysize' if symbolic else tile.ysize} // YBLOCK")
-        _tile_axis(w, "x_inner", "(pid % x_tiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]", "xcmask", "xsize", columns)
-        _tile_axis(w, "y_index", "((pid // x_tiles) % y_tiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]", "ymask", "ysize",
+        w.line(f"x_tiles = ({xsize} + XBLOCK - 1) // XBLOCK" if columns else f"x_tiles = {tile.inner} // XBLOCK")
+        w.line(f"y_tiles = ({ysize} + YBLOCK - 1) // YBLOCK" if rows else f"y_tiles = {ysize} // YBLOCK")
+        _tile_axis(w, "x_inner", "(pid % x_tiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]", "xcmask", xsize, columns)
+        _tile_axis(w, "y_index", "((pid // x_tiles) % y_tiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]", "ymask", ysize,
                    rows)
         w.line("x_outer = pid // (x_tiles * y_tiles)")
         w.lines(body.lines)
@@ -334,15 +338,15 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
         grid = outer * ceil_div(tile.inner, launch["XBLOCK"]) * ceil_div(tile.ysize, launch["YBLOCK"])
         return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel, tile.ysize, tile.inner, *symbols),
                             grid, launch, plan, body.asserts, in_place=in_place)
-    grid = numel // (launch["XBLOCK"] * launch["YBLOCK"])
+    grid = tile.outer * ceil_div(tile.inner, launch["XBLOCK"]) * ceil_div(tile.ysize, launch["YBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
                         body.asserts, in_place=in_place)
 
 
 def _tile_axis(w: LineWriter, index: str, start: str, mask: str, size: str, masked: bool) -> None:
     """A tile's index along one axis: ``start``, the block's positions; along an extent of
-    symbolic ``size`` (``masked``), past its end the last position again, and ``mask`` for the
-    stores."""
+    ``size`` its block does not divide or may not (``masked``), past its end the last position
+    again, and ``mask`` for the stores."""
     if not masked:
         w.line(f"{index} = {start}")
         return
