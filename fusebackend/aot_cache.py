@@ -7,11 +7,11 @@ functionalize, decompose and partition it again. PyTorch's AOTAutograd cache
 Dynamo graph, its inputs and the compile configuration. Inductor's graphs go into an entry by
 reference to Inductor's own cache; another backend's go in "bundled": the compiled object, an
 ``OutputCode``, is pickled into the entry. fuse's is ``FuseGraphCode``: the ATen graph
-AOTAutograd handed to fuse, with each node's traced value (``torch.fx._graph_pickler``), and how
-it is to be compiled. Loaded, it is a ``backend.FusedGraph`` again (made by the ``GraphLoader``
-the backend handed the ``FuseGraphCode``), whose first call finds its
-kernels in fuse's own cache (``cache.py``) by the graph's digest, without unpickling the graph,
-or unpickles and compiles it.
+AOTAutograd handed to fuse, with each node's traced value (``torch.fx._graph_pickler``) and
+source name (``provenance.py``), and how it is to be compiled. Loaded, it is a
+``backend.FusedGraph`` again (made by the ``GraphLoader`` the backend handed the
+``FuseGraphCode``), whose first call finds its kernels in fuse's own cache (``cache.py``) by the
+graph's digest, without unpickling the graph, or unpickles and compiles it.
 
 AOTAutograd's entries are in Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``, its
 ``aotautograd`` folder), not in fuse's. fuse's versions and options are added to AOTAutograd's key
@@ -34,7 +34,7 @@ import torch.fx
 from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
 from torch._inductor.output_code import OutputCode
 
-from fusebackend import cache, cudagraphs, metrics
+from fusebackend import cache, cudagraphs, metrics, provenance
 from fusebackend.config import config
 from fusebackend.modes import Mode
 
@@ -113,11 +113,14 @@ class FuseGraphCode(OutputCode):
         def make_gm() -> torch.fx.GraphModule:
             from torch.fx._graph_pickler import GraphPickler
 
-            graph, constants = pickle.loads(pickled)
+            graph, constants, sources = pickle.loads(pickled)
             gm = GraphPickler.loads(graph, fake_mode)
             assert isinstance(gm, torch.fx.GraphModule)
             for target, (value, device) in constants.items():
                 _set_attribute(gm, target, value.to(device))
+            for node in gm.graph.nodes:
+                if node.name in sources:
+                    node.meta[provenance.SOURCE] = sources[node.name]
             gm.recompile()  # GraphPickler's module has no forward: run eagerly (a fallback), it needs one
             return gm
 
@@ -137,9 +140,10 @@ _PICKLED_OPS = ("torch.ops.aten", "torch.ops.prims", "torch.ops._c10d_functional
 
 
 def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
-    """The graph with its nodes' traced values (``torch.fx._graph_pickler``), and its constant
-    tensors beside it: GraphPickler keeps a tensor's description, not its values (it is made for
-    graphs of fake tensors)."""
+    """The graph with its nodes' traced values (``torch.fx._graph_pickler``), its constant
+    tensors beside it (GraphPickler keeps a tensor's description, not its values: it is made for
+    graphs of fake tensors), and each node's source name (``provenance.py``), where its
+    ``from_node`` chain, which would take more room than the rest, is not kept."""
     from torch.fx._graph_pickler import GraphPickler, Options
 
     constants = _constant_tensors(gm)
@@ -154,7 +158,8 @@ def _pickle_graph(gm: torch.fx.GraphModule) -> bytes:
     finally:
         for target, value in constants.items():
             _set_attribute(gm, target, value)
-    return pickle.dumps((graph, saved))
+    sources = {n.name: name for n in gm.graph.nodes if (name := provenance.source_name(n)) is not None}
+    return pickle.dumps((graph, saved, sources))
 
 
 def _constant_tensors(gm: torch.fx.GraphModule) -> dict[str, torch.Tensor]:

@@ -28,6 +28,9 @@ class CompiledArtifacts:
     # mode="max-autotune": each tuned kernel's candidates, their times and the choice, as text
     # (kernels/autotune.py); filled in at the kernels' first calls
     autotune: dict[str, str] = dataclasses.field(default_factory=dict)
+    # each kernel's source nodes: the Dynamo graph's nodes (the model's lines) it computes, as
+    # Inductor names them above its kernels (provenance.py); the schedule lists them too
+    sources: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def kernel_count(self) -> int:

@@ -309,6 +309,9 @@ class IRGraph:
     # buffer name -> the FX node whose value it holds (``node`` or ``node[k]`` for one of several
     # results), where it holds one whole: what ``fusebackend.checking`` compares with eager
     fx_values: dict[str, str] = dataclasses.field(default_factory=dict)
+    # node name -> the Dynamo graph's node it was lowered from (``provenance.source_name``),
+    # where AOTAutograd recorded one: what the schedule and the dumps say each kernel computes
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)
     # buffers an ATen call makes on another device than the graph's (a factory with
     # ``device="cpu"`` in a CUDA graph, as an index made by ``torch.arange`` can be): the wrapper
     # moves one to the graph's device before a kernel reads it

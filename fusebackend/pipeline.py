@@ -89,6 +89,7 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
                            + "".join(f"\nnot made over symbolic sizes: {what}" for what in declined)},
         fallbacks=dict(metrics.fallbacks - fallbacks_before),
         fx_values=dict(graph.fx_values),
+        sources={k.name: k.plan.sources for k in kernels},
     )
     if key is not None:
         metrics.cache_misses += 1
@@ -112,6 +113,7 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule | Callable[[], torch.fx.
         kernels={k.name: k.source for k in entry.kernels},
         wrapper=entry.wrapper,
         stage_seconds=seconds,
+        sources=dict(entry.sources),
     )
     with metrics.timed("load", seconds):  # import kernels and wrapper from the cache folder
         call, launchers = _load(entry, name, artifacts)

@@ -72,8 +72,11 @@ def describe(model: str, mode: str) -> str:
 
 
 def _steps(sched: scheduler.Schedule) -> list[str]:
-    """``Schedule.report``'s step lines: one per kernel (nodes, bytes, stored) or extern call."""
-    return sched.report().splitlines()[1: 1 + len(sched.steps)]
+    """``Schedule.report``'s step lines: one per kernel (nodes, bytes, stored) or extern call (the
+    source nodes under each are left out: they name Dynamo's nodes, not what is scheduled)."""
+    steps = [line for line in sched.report().splitlines() if line.startswith(("  kernel ", "  extern "))]
+    assert len(steps) == len(sched.steps)
+    return steps
 
 
 def _path(model: str, mode: str) -> pathlib.Path:

@@ -15,7 +15,19 @@ layer together, whether or not one function serves them.
 
 ``flagged`` lists the kernels that matter: under ``FLAG_OF_FLOOR`` of their floor and at least
 ``FLAG_SHARE`` of the step's GPU time. Inductor's step is profiled the same way, so a report
-can set fuse's generated and library time beside Inductor's.
+can set fuse's generated and library time beside Inductor's, and each flagged kernel beside
+Inductor's kernels for the same nodes of the model (``beside_inductor``).
+
+Both compilers get the same Dynamo graph, and both name the Dynamo nodes a kernel computes, its
+*source nodes* (``fusebackend/provenance.py``): fuse in ``CompiledArtifacts.sources``
+(``fuse_sources``), Inductor in a comment above each kernel of the code it generates,
+``# Topologically Sorted Source Nodes: [y_1, layer_norm], Original ATen: [...]``, above the
+kernel's definition and its launch (``inductor_sources``, from the modules Inductor's code cache
+loaded: ``inductor_code_since``). Inductor writes it for its Triton kernels; its C++ kernels
+for a CPU have none (torch 2.13). A source is paired with its pass, forward or backward: a
+backward kernel that recomputes a forward node is not the forward's kernel. Backward nodes have
+no source of their own on fuse's side (provenance.py says why), so backward kernels are matched
+only by the forward nodes they recompute.
 """
 
 from __future__ import annotations
@@ -28,12 +40,21 @@ from typing import Iterable
 import torch
 
 from benchmarks.zoo.measure import StepProfile
+from fusebackend.dump import CompiledArtifacts
 from fusebackend.kernels.runtime import kernel_identity
 
 FLAG_OF_FLOOR = 0.5  # a kernel under half its floor's speed...
 FLAG_SHARE = 0.02  # ...that takes at least 2% of the step's GPU time is listed
 _BYTES = re.compile(r"# reads (\d+) B, writes (\d+) B")
 _PLACE = re.compile(r"^(fused_[a-z]+)\d+")
+# Inductor's generated code: which graph a module is, the comment naming a kernel's source nodes,
+# a kernel's definition (its name as the profiler shows it, quoted where given) and a launch
+_AOT_ID = re.compile(r"^# AOT ID: \[(.*)\]", re.MULTILINE)
+_SOURCE_NODES = re.compile(r"^\s*# (?:Topologically Sorted|Unsorted) Source Nodes: \[(.*?)\], Original ATen:")
+_DEFINITION = re.compile(r"^(\w+) = async_compile\.\w+\((?:\s*'(\w+)')?")
+_LAUNCH = re.compile(r"^\s*([\w.]+?)(?:\.run)?\(")
+
+Source = tuple[str, str]  # ("forward" or "backward", a source node's name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +72,11 @@ class KernelAudit:
     floor_us: float
     of_floor: float  # floor_us / us
     share: float  # of the step's device time
+    # Inductor's kernels that compute any of the same source nodes (beside_inductor): their names,
+    # device microseconds per step, and the nodes both sides compute over the nodes either does
+    inductor_kernels: list[str] = dataclasses.field(default_factory=list)
+    inductor_us: float | None = None
+    inductor_overlap: float | None = None
 
 
 def copy_bandwidth(device: torch.device, mib: int = 1024) -> float:
@@ -109,3 +135,117 @@ def audit(profile: StepProfile, floors: dict[str, KernelFloor], bandwidth: float
 def flagged(rows: Iterable[KernelAudit]) -> list[KernelAudit]:
     """The kernels under ``FLAG_OF_FLOOR`` of their floor that take ``FLAG_SHARE`` of the step."""
     return [r for r in rows if r.of_floor < FLAG_OF_FLOOR and r.share >= FLAG_SHARE]
+
+
+def graph_pass(name: str) -> str:
+    """``backward`` for a backward graph (fuse's ``backward_3``, Inductor's AOT ID
+    ``0_backward``), else ``forward`` (an inference graph's nodes are the forward's)."""
+    return "backward" if "backward" in name else "forward"
+
+
+def fuse_sources(artifacts: Iterable[CompiledArtifacts]) -> dict[str, frozenset[Source]]:
+    """Each generated kernel's source nodes, by name as the profiler shows it (the same name in
+    several graphs: all of theirs), from ``fusebackend.history()``."""
+    out: dict[str, set[Source]] = defaultdict(set)
+    for a in artifacts:
+        step = graph_pass(a.name)
+        for kernel, names in a.sources.items():
+            out[kernel].update((step, n) for n in names)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def inductor_code_mark() -> int:
+    """How many modules Inductor's code cache (``PyCodeCache``) has loaded in this process: what
+    ``inductor_code_since`` reads after."""
+    return len(_code_modules())
+
+
+def inductor_code_since(mark: int) -> list[str]:
+    """The text of each module Inductor loaded after ``mark``: the output code of the graphs it
+    compiled or took from its cache since (and its kernels' modules, which hold no
+    definitions). A module loaded before, by another compile of the same code, is not loaded
+    again and is missed."""
+    texts = []
+    for module in _code_modules()[mark:]:
+        try:
+            with open(module.__file__) as f:
+                texts.append(f.read())
+        except (OSError, TypeError):  # gone from disk, or no file
+            continue
+    return texts
+
+
+def _code_modules() -> list:
+    from torch._inductor.codecache import PyCodeCache
+
+    modules = getattr(PyCodeCache, "modules", [])
+    return list(modules.values()) if isinstance(modules, dict) else list(modules)
+
+
+def inductor_sources(codes: Iterable[str]) -> dict[str, frozenset[Source]]:
+    """Each kernel Inductor defined in the output code ``codes`` -> its source nodes, from the
+    comment above its definition or its launch (``# ... Source Nodes: [a, b], Original ATen:
+    ...``); a kernel with no such comment (Inductor's C++ kernels) has none. Paired with the
+    module's pass (its ``# AOT ID``); a name several modules define has all of theirs."""
+    out: dict[str, set[Source]] = defaultdict(set)
+    for code in codes:
+        aot_id = _AOT_ID.search(code)
+        step = graph_pass(aot_id.group(1) if aot_id else "")
+        for kernel, names in _kernel_comments(code).items():
+            out[kernel].update((step, n) for n in names)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _kernel_comments(code: str) -> dict[str, set[str]]:
+    """The kernels one module defines -> the source nodes named above their definitions and
+    launches. A comment names the kernel whose definition follows it (after more comment
+    lines) or the next call (a kernel's launch, or an ATen call, which names no kernel)."""
+    found = [(_DEFINITION.match(line), line) for line in code.splitlines()]
+    defined = {m.group(1): m.group(2) or m.group(1) for m, _ in found if m}
+    out: dict[str, set[str]] = {profiled: set() for profiled in defined.values()}
+    pending: list[str] | None = None
+    for definition, line in found:
+        comment = _SOURCE_NODES.match(line)
+        if comment:
+            pending = [n.strip() for n in comment.group(1).split(",") if n.strip()]
+            continue
+        if pending is None or line.lstrip().startswith("#") or not line.strip():
+            continue
+        call = _LAUNCH.match(line)
+        if definition is None and call is None:
+            continue  # between a comment and its launch: get_raw_stream, an allocation
+        kernel = definition.group(1) if definition else call.group(1)
+        if kernel in defined:
+            out[defined[kernel]].update(pending)
+        pending = None
+    return out
+
+
+def beside_inductor(rows: Iterable[KernelAudit], fuse: dict[str, frozenset[Source]],
+                    inductor: dict[str, frozenset[Source]], profile: StepProfile) -> list[KernelAudit]:
+    """Each row with Inductor's kernels that compute any of the same source nodes as the row's
+    kernels (every fuse kernel of its ``family``), and their summed time in Inductor's profiled
+    step (``profile``); ``fuse`` and ``inductor``: each compiler's kernels' source nodes
+    (``fuse_sources``, ``inductor_sources``).
+
+    A match is by source node, a line of the model: a layer norm's node covers its mean,
+    variance and normalization, and each compiler may split them among kernels otherwise.
+    Inductor's kernels found may compute more than fuse's (a fused neighbour), and fuse's nodes
+    may be computed elsewhere by Inductor (a library call, a kernel with no comment):
+    ``inductor_overlap`` is the nodes both compute over the nodes either computes, 1.0 where the
+    two sets are the same. Names are a Dynamo graph's: where a model breaks into several graphs,
+    a name (``add``) may stand for different nodes in two of them, and match both. A row whose
+    kernels name no source node, or that no profiled kernel of Inductor's shares, is returned as
+    it is (no kernels, no time)."""
+    out = []
+    for row in rows:
+        nodes = frozenset().union(*(s for k, s in fuse.items() if family(k) == row.name))
+        matched = sorted(k for k, theirs in inductor.items() if theirs & nodes and k in profile.kernels)
+        if not matched:
+            out.append(row)
+            continue
+        theirs = frozenset().union(*(inductor[k] for k in matched))
+        out.append(dataclasses.replace(row, inductor_kernels=matched,
+                                       inductor_us=round(sum(profile.kernels[k][1] for k in matched), 2),
+                                       inductor_overlap=round(len(nodes & theirs) / len(nodes | theirs), 3)))
+    return out

@@ -329,7 +329,8 @@ def compile_stage_lines(rows: Sequence[ZooRow]) -> list[str]:
 def audit_lines(rows: Sequence[ZooRow]) -> list[str]:
     """The kernel audit (``audit.py``), one line per row where it was measured: fuse's generated
     kernels' time against their floors and the library's time, beside Inductor's, and each
-    kernel under half its floor that takes 2% of the step or more."""
+    kernel under half its floor that takes 2% of the step or more, with the time of Inductor's
+    kernels for the same source nodes where some were found (``audit.beside_inductor``)."""
     out = []
     for r in rows:
         f, i = r.fuse, r.inductor
@@ -342,11 +343,23 @@ def audit_lines(rows: Sequence[ZooRow]) -> list[str]:
         if i is not None and i.generated_us is not None:
             text += f"; Inductor's kernels {i.generated_us / 1e3:.2f} ms, library {i.library_us / 1e3:.2f} ms"
         if f.slow_kernels:
-            text += "; under half their floor: " + ", ".join(
-                f"{k['name']} {k['us']:.0f} us ({k['of_floor']:.0%} of floor, {k['share']:.0%} of the step"
-                + (f", {k['kernels']} kernels" if k["kernels"] > 1 else "") + ")" for k in f.slow_kernels)
+            text += "; under half their floor: " + ", ".join(map(_slow_kernel, f.slow_kernels))
         out.append(text)
     return out
+
+
+def _slow_kernel(k: dict[str, Any]) -> str:
+    """One flagged kernel (``audit.KernelAudit`` as saved), with Inductor's kernels for the same
+    source nodes; where those compute other nodes too, or miss some, the share they have in
+    common says so."""
+    text = (f"{k['name']} {k['us']:.0f} us ({k['of_floor']:.0%} of floor, {k['share']:.0%} of the step"
+            + (f", {k['kernels']} kernels" if k["kernels"] > 1 else ""))
+    if k.get("inductor_us") is not None:  # absent from runs saved before the match was made
+        text += f"; Inductor's kernels for the same nodes: {k['inductor_us']:.0f} us"
+        if k["inductor_overlap"] < 1:
+            text += (f" ({len(k['inductor_kernels'])} kernels; {k['inductor_overlap']:.0%} of the nodes either "
+                     "computes are common)")
+    return text + ")"
 
 
 def loss_causes(row: ZooRow) -> str | None:
@@ -409,7 +422,9 @@ def markdown(rows: Sequence[ZooRow], env: dict[str, Any]) -> str:
                   "Device time of one profiled step in kernels a compiler generated (fuse's, Inductor's) and in "
                   "library kernels (cuBLAS, cuDNN, ATen); a kernel's floor: its bytes read and written over the "
                   f"copy bandwidth measured in the run ({env.get('copy_gbps', '?')} GB/s). Listed: fuse's kernels "
-                  "under half their floor's speed that take 2% of the step or more.", ""] + [f"- {t}" for t in audits]
+                  "under half their floor's speed that take 2% of the step or more, each with the time of "
+                  "Inductor's kernels that compute any of the same nodes of the model (its source nodes), where "
+                  "some were found.", ""] + [f"- {t}" for t in audits]
     causes = [c for c in (loss_causes(r) for r in rows) if c]
     if causes:
         lines += ["", "## Where fuse loses to Inductor, by cause", ""] + [f"- {c}" for c in causes]

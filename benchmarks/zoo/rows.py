@@ -58,6 +58,7 @@ class VariantStats:
     # the kernel audit (audit.py), from one profiled step on a GPU: device microseconds in kernels
     # a compiler generated and in the rest (cuBLAS, cuDNN, ATen); fuse: its generated kernels'
     # floors summed, and the kernels under half their floor that take 2% of the step or more
+    # (audit.KernelAudit as a dict, with Inductor's kernels for the same source nodes)
     generated_us: float | None = None
     library_us: float | None = None
     floor_us: float | None = None

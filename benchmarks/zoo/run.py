@@ -27,7 +27,8 @@ one call (``benchmarks/timing.py``: ``do_bench``), the host's and the GPU's time
 (``measure.py``); each figure is the median over the rounds, and ``round_ms`` keeps each round's
 median. The host of a lent GPU changes speed over minutes, and a variant timed alone would get
 whatever speed it had then. Last, each variant's peak device memory in one step and the kernels
-it launches. ``--no-timing`` leaves out the times.
+it launches, and fuse's kernel audit (``audit.py``): its slow kernels, each beside Inductor's
+kernels for the same nodes of the model. ``--no-timing`` leaves out the times.
 
 One model failing (an exception, out of memory) is reported as ``ERROR`` with the message and the
 others run; results are written after every model to ``zoo[_tiny][_train|_inference].json`` and
@@ -55,7 +56,7 @@ from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
 from benchmarks.zoo import audit, chart, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
-from benchmarks.zoo.measure import host_time, peak_memory, profile_step
+from benchmarks.zoo.measure import StepProfile, host_time, peak_memory, profile_step
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
 from benchmarks.zoo.rows import (COMPILE_MODES, VARIANTS, RunOptions, VariantStats, ZooRow, backend_of,  # noqa: F401
                                  parse_variant)
@@ -208,13 +209,12 @@ def _time_in_rounds(timed: list[tuple[VariantStats, Callable[[], Any]]], options
             stats.slow_launches = dict(fusebackend.metrics.slow_launches)
 
 
-def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions,
-               floors: dict[str, audit.KernelFloor] | None = None) -> None:
-    """Peak memory, launches and the kernel audit of one step, each variant alone on the GPU;
-    for fuse, the ATen results its wrapper copied into the layout it declared in that step
-    (``metrics.layout_copies``). ``floors``: fuse's kernels' (``audit.kernel_floors``)."""
+def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions) -> StepProfile | None:
+    """Peak memory and launches of one step, each variant alone on the GPU; for fuse, the ATen
+    results its wrapper copied into the layout it declared in that step
+    (``metrics.layout_copies``). Its profile, the kernel audit's input (None on a CPU)."""
     if stats.status == "error":
-        return
+        return None
     try:
         fusebackend.metrics.layout_copies = 0
         memory = peak_memory(step, options.device)  # one step
@@ -227,10 +227,34 @@ def _resources(stats: VariantStats, step: Callable[[], Any], options: RunOptions
             stats.launches = profile.launches
             stats.generated_us = round(profile.generated_us(), 1)
             stats.library_us = round(profile.total_us - profile.generated_us(), 1)
-            if floors and options.bandwidth:
-                rows = audit.audit(profile, floors, options.bandwidth)
-                stats.floor_us = round(sum(r.floor_us for r in rows), 1)
-                stats.slow_kernels = [dataclasses.asdict(r) for r in audit.flagged(rows)]
+        return profile
+    except Exception as exc:
+        _failed(stats, exc)
+        return None
+
+
+def _audit(stats: VariantStats, profiles: dict[str, StepProfile], floors: dict[str, audit.KernelFloor],
+           sources: dict[str, dict[str, frozenset[audit.Source]]], options: RunOptions) -> None:
+    """The kernel audit of a fuse variant's profiled step (``audit.py``): its kernels' floor, and
+    the kernels flagged, each beside Inductor's kernels for the same source nodes where Inductor's
+    step was profiled too (the Inductor variant of the same mode, else ``inductor``).
+
+    A variant whose output code is the same as one compiled before it (``inductor`` and
+    ``inductor@reduce-overhead``) found no module of its own (``audit.inductor_code_since``):
+    its kernels, of the same names, are named by every Inductor variant's code."""
+    profile = profiles.get(stats.variant)
+    if profile is None or not floors or not options.bandwidth or stats.status == "error":
+        return
+    try:
+        rows = audit.audit(profile, floors, options.bandwidth)
+        stats.floor_us = round(sum(r.floor_us for r in rows), 1)
+        slow = audit.flagged(rows)
+        inductor = next((v for v in ("inductor" + stats.variant[len("fuse"):], "inductor") if v in profiles), None)
+        if inductor is not None and stats.variant in sources:
+            theirs = sources.get(inductor) or {k: n for v, found in sources.items() if backend_of(v) == "inductor"
+                                               for k, n in found.items()}
+            slow = audit.beside_inductor(slow, sources[stats.variant], theirs, profiles[inductor])
+        stats.slow_kernels = [dataclasses.asdict(r) for r in slow]
     except Exception as exc:
         _failed(stats, exc)
 
@@ -245,7 +269,8 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
     """One model in one mode through every variant; exceptions are recorded in the row, never raised.
 
     Every variant is compiled and checked first and kept; then they are timed in turn
-    (``_time_in_rounds``), then each one's memory and launches are measured."""
+    (``_time_in_rounds``), then each one's memory and launches are measured, and last fuse's
+    kernels are audited (``_audit``), beside Inductor's profile."""
     train = mode == "train"
     row = ZooRow(name, mode)
     entry = ZOO[name]
@@ -257,6 +282,7 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
     built = None
     timed: list[tuple[VariantStats, Callable[[], Any]]] = []
     floors: dict[str, dict[str, audit.KernelFloor]] = {}  # fuse variant -> its kernels' floors
+    sources: dict[str, dict[str, frozenset[audit.Source]]] = {}  # compiled variant -> its kernels' source nodes
     try:
         _reset()
         built = narrow(entry.build(options.size, options.device, options.dtype), options.batch, options.seq)
@@ -272,22 +298,27 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
         timed.append((eager, make_step(built, built.model)))
         for variant in options.variants:
             if variant != "eager":
+                mark = audit.inductor_code_mark()
                 stats, step = _run_variant(variant, built, make_step, expected, options, train)
                 if backend_of(variant) == "fuse":
                     floors[variant] = audit.kernel_floors((k, src) for a in fusebackend.history()
                                                           for k, src in a.kernels.items())
+                    sources[variant] = audit.fuse_sources(fusebackend.history())
+                elif backend_of(variant) == "inductor":
+                    sources[variant] = audit.inductor_sources(audit.inductor_code_since(mark))
                 row.variants.append(stats)
                 if step is not None:
                     timed.append((stats, step))
         if options.timed:
             _time_in_rounds(timed, options, train)
-        for stats, step in timed:
-            _resources(stats, step, options, floors.get(stats.variant))
+        profiles = {stats.variant: p for stats, step in timed if (p := _resources(stats, step, options)) is not None}
+        for stats, _ in timed:  # after every variant's profile: fuse's kernels are set beside Inductor's
+            _audit(stats, profiles, floors.get(stats.variant, {}), sources, options)
     except Exception as exc:
         row.status, row.message = "ERROR", short_error(exc)
         log(traceback.format_exc(limit=-3))
     finally:
-        del built, timed, floors
+        del built, timed, floors, sources
         _reset()
         _free(options.device)
     row.seconds = time.perf_counter() - start

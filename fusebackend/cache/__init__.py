@@ -7,7 +7,8 @@ lowering, scheduling and code generation; the kernels' binaries come from Triton
 (its folder, ``TRITON_CACHE_DIR``), where Triton put them when the first process compiled them.
 
 The key (``graph_key``) covers everything that changes what is generated: the ATen graph's nodes
-(op, target, arguments), the value metadata of each and the tensors it holds, each input's sizes, strides,
+(op, target, arguments, and the Dynamo node each comes from, which the schedule names:
+``provenance.py``), the value metadata of each and the tensors it holds, each input's sizes, strides,
 dtype and device, how many outputs are the user's, every fusebackend option but the folders,
 whether kernels run in the interpreter, the GPU's compute capability, and the versions of
 Python, torch, Triton and fusebackend, whose own source files are hashed so that an edited
@@ -48,6 +49,7 @@ from typing import Any, Sequence
 import torch
 
 from fusebackend.config import config, use_interpreter
+from fusebackend.provenance import source_name
 from fusebackend.signature import input_key
 
 MAGIC = b"FUSEGRAPH 1\n"  # the file format's version: a change of format is a new magic
@@ -87,6 +89,8 @@ class Entry:
     texts: dict[str, str]  # aten_graph, ir, fused_ir, schedule: for dumps (dump.CompiledArtifacts)
     fallbacks: dict[str, int]  # the ATen ops its lowering left as calls (metrics.fallbacks)
     fx_values: dict[str, str]  # for config.check_kernels (ir.IRGraph.fx_values)
+    # each kernel's source nodes (provenance.py), for dumps (dump.CompiledArtifacts.sources)
+    sources: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +155,8 @@ def _add_module(gm: torch.fx.GraphModule, add: Any) -> None:
     """Each node (its op, target and arguments: the graph's code, without generating it), its
     value metadata, and each attribute the graph reads."""
     for node in gm.graph.nodes:
-        add(node.op, node.name, str(node.target), node.args, node.kwargs, _describe(node.meta.get("val")))
+        add(node.op, node.name, str(node.target), node.args, node.kwargs, _describe(node.meta.get("val")),
+            source_name(node))
         if node.op == "get_attr":
             value = attribute(gm, str(node.target))
             if isinstance(value, torch.fx.GraphModule):

@@ -12,6 +12,9 @@ each output's sizes, strides, dtype and, for views, the offset into its base's s
 - ops that return no tensor (``sym_size``, Python arithmetic on sizes) are evaluated on the spot:
   a graph is always lowered for concrete shapes.
 
+Each IR node keeps the name of the Dynamo graph's node its FX node came from
+(``IRGraph.sources``, ``provenance.py``): what the schedule says each kernel computes.
+
 Two corrections to the meta results. Some meta functions do not know the device: a convolution
 of channels-last tensors gives NCHW strides on meta and NHWC on CUDA or the CPU. Where the FX
 node carries its traced value (``node.meta["val"]``, a fake tensor on the real device) an extern's
@@ -46,6 +49,7 @@ from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.symbolic_sizes import SymbolicSizes
 from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
+from fusebackend.provenance import source_name
 
 aten = torch.ops.aten
 
@@ -105,6 +109,7 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         self.out_meta: Any = None  # the current op's meta output, for composite lowerings
         self.constants: list[tuple[ir.Buffer, torch.Tensor]] = []  # get_attr tensors
         self.fx_values: dict[str, str] = {}  # buffer -> FX node whose value it holds
+        self.sources: dict[str, str] = {}  # IR node -> the Dynamo node it comes from (provenance.py)
         self.foreign: set[str] = set()  # extern results on another device (ir.IRGraph.foreign)
         # layouts.py: 2-d convolutions read channels-last inputs; the first ``user_outputs``
         # outputs (all where None) keep eager's layout once some tensor's layout was changed
@@ -165,8 +170,10 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
                 if node in live:
+                    mark = len(self.nodes)
                     self.env[node] = self.call_function(node)
                     self._record_fx_value(node)
+                    self._record_source(node, mark)
             elif node.op == "output":
                 result = pytree.tree_map(
                     lambda v: v.view if isinstance(v, TensorArg) else v,
@@ -181,7 +188,8 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             elif node.op != "placeholder":
                 raise Unsupported(f"FX node kind {node.op} ({node.target})")
         graph = ir.IRGraph(self.name, self.device, inputs, self.nodes, outputs,  # nodes: the same list
-                           constants=self.constants, fx_values=self.fx_values, foreign=frozenset(self.foreign),
+                           constants=self.constants, fx_values=self.fx_values, sources=self.sources,
+                           foreign=frozenset(self.foreign),
                            shape_env=sizevars.shape_env_of(self.gm) if self.symbolic else None)
         scattered = scatters_into_inputs(graph, [(c, t) for c, t, _ in self.copies], self.copied)
         self.copies = [(c, t, m) for c, t, m in self.copies if c.buffer.name not in scattered]
@@ -218,6 +226,13 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             if isinstance(leaf, TensorArg) and leaf.view.is_whole():
                 label = node.name + "".join(f"[{k}]" for k in path)
                 self.fx_values.setdefault(leaf.view.buffer.name, label)
+
+    def _record_source(self, node: torch.fx.Node, mark: int) -> None:
+        """The IR nodes lowering ``node`` added (from ``mark`` on) come from its source node."""
+        source = source_name(node)
+        if source is not None:
+            for made in self.nodes[mark:]:
+                self.sources.setdefault(made.name, source)
 
     def _constant(self, node: torch.fx.Node) -> TensorArg:
         """A tensor the graph module holds (``get_attr``): a buffer bound into the wrapper."""

@@ -4,8 +4,9 @@
 (``cost_model.py``), recomputes in their readers the cheap pointwise results fusion would store
 (``recompute.py``) and fuses again, and orders the groups (``ordering.py``: the graph's order,
 unless another lowers the peak of memory). Each ``KernelPlan`` names its nodes, the buffers it
-must store (read outside the group or returned by the graph) and its byte accounting; the
-``Schedule`` keeps every fusion taken and every one refused, with its reason.
+must store (read outside the group or returned by the graph), its byte accounting and the
+Dynamo graph's nodes it computes (``provenance.py``); the ``Schedule`` keeps every fusion taken
+and every one refused, with its reason.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 
 from fusebackend import ir
 from fusebackend.config import config
+from fusebackend.provenance import kernel_sources
 from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
 from fusebackend.scheduler.ordering import memory_order
@@ -28,6 +30,10 @@ class KernelPlan:
     bytes_read: int
     bytes_written: int
     space: KernelSpace
+    # the Dynamo graph's nodes it computes, and how many of its nodes come from none (backward
+    # nodes): ``provenance.kernel_sources``
+    sources: tuple[str, ...] = ()
+    unsourced: int = 0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -82,6 +88,9 @@ class Schedule:
                     f"  | read {format_bytes(step.bytes_read)}, write {format_bytes(step.bytes_written)}"
                     f"  | stores {', '.join(_stored_name(b, self.graph) for b in step.stored) or 'nothing'}"
                 )
+                if step.sources or step.unsourced:
+                    named = list(step.sources) + ([f"{step.unsourced} nodes without one"] if step.unsourced else [])
+                    lines.append(f"    source nodes: {', '.join(named)}")
                 k += 1
             else:
                 # a mutation says why it is an ATen call (a copy into an input not written in place)
@@ -90,6 +99,8 @@ class Schedule:
                     f"  extern {step.node.name}: {what}"
                     f"  | read {format_bytes(step.bytes_read)}, write {format_bytes(step.bytes_written)}"
                 )
+                if step.node.name in self.graph.sources:
+                    lines.append(f"    source nodes: {self.graph.sources[step.node.name]}")
         ratio = f" ({self.total_bytes / self.floor_bytes:.2f}x)" if self.floor_bytes else ""
         lines.append(
             f"  graph moves {format_bytes(self.total_bytes)} (kernels {format_bytes(self.kernel_bytes)}, externs "
@@ -145,6 +156,8 @@ def schedule(graph: ir.IRGraph) -> Schedule:
             break
         recomputed, absorbed = recomputed + more, absorbed + chains
     steps: list[Step] = []
+    # what kernel_sources looks through: the nodes recomputing removed, as they were, and the rest
+    producers = {n.name: n for n in (*recomputed, *absorbed, *graph.nodes)}
     for g in memory_order(groups, model) if config.fusion else groups.topological():
         members = groups.members[g]
         nodes = tuple(groups.nodes[n] for n in members)
@@ -155,7 +168,8 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         read, written = model.traffic(members)
         stored = tuple(sorted(model.stored(members), key=lambda b: groups.order[model.written_by[b.name]]))
         space = plan_space(nodes, {b.name for b in stored})
-        steps.append(KernelPlan(nodes, stored, read, written, space))
+        sources, unsourced = kernel_sources(nodes, graph.sources, producers)
+        steps.append(KernelPlan(nodes, stored, read, written, space, sources, unsourced))
     floor = graph_floor(graph, model.readers)
     return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed, absorbed)
 
