@@ -419,6 +419,28 @@ def test_split_variance_in_a_looped_kernel_with_ragged_blocks(monkeypatch: pytes
     assert looped(phase1) and "th.welford_update_masked" in phase1 and "th.reduce_sum" in phase1
 
 
+def test_split_variance_in_an_unmasked_loop_divides_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    # chunks of 256 positions in blocks of 64, 8 columns in blocks of 8: no lane is masked, so
+    # each has seen as many values as the others and 1 / count is computed once a step, not
+    # once a value; a mean of 1e4 and a spread of 3 (the tolerance of the test above)
+    from fusebackend.kernels import runtime
+
+    original = runtime.reduction_config
+
+    def small(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        return {"XBLOCK": 8, "RBLOCK": 64} if rnumel == 256 else original(xnumel, rnumel, row_contiguous, passes)
+
+    monkeypatch.setattr(runtime, "reduction_config", small)
+    x = torch.randn(4096, 8) * 3 + 1e4
+    v, m = compile_fn(lambda x: torch.var_mean(x, 0))(x)
+    v64, m64 = _float64_var_mean(x, 0)
+    torch.testing.assert_close(v.double(), v64, rtol=2e-4, atol=0)
+    torch.testing.assert_close(m.double(), m64, rtol=1e-6, atol=0)
+    phase1 = next(s for s in sources() if "(split, phase 1)" in s)
+    assert looped(phase1) and "th.welford_update_step(" in phase1 and "1.0 / (roffset // RBLOCK + 1)" in phase1
+    assert "welford_update_masked" not in phase1
+
+
 def test_split_column_reduction_uneven_chunks() -> None:
     # reducing the first dim of (70000, 2): two outputs, long strided rows, each split into 9
     # chunks of 7778 (the last one partial)

@@ -353,9 +353,11 @@ def _accumulate(body: KernelBody, red: ir.Reduction, acc: tuple[str, ...], lay: 
     if red.reduction_type == "m2":
         full = body.broadcast(value, red.body.dtype, lay.full, FULL)
         mask = body.mask(FULL)
-        update = "th.welford_update" + ("_masked" if mask else "")
-        args = ", ".join((*acc, full) + ((mask,) if mask else ()))
-        body.emit_raw(f"{', '.join(acc)} = {update}({args})")
+        if mask is None:  # every lane takes one value a step: 1 / count once a step, for all
+            body.emit_raw(f"{', '.join(acc)} = th.welford_update_step({', '.join((*acc, full))}, "
+                          "1.0 / (roffset // RBLOCK + 1))")
+            return
+        body.emit_raw(f"{', '.join(acc)} = th.welford_update_masked({', '.join((*acc, full, mask))})")
         return
     masked = _masked(body, red, value, red.body.dtype, lay)
     combine = _COMBINE[red.reduction_type]

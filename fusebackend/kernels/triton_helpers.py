@@ -136,6 +136,17 @@ def welford_update(mean, m2, weight, value):
 
 
 @triton.jit
+def welford_update_step(mean, m2, weight, value, inverse):
+    # every lane of an unmasked loop has seen as many values as the others: ``inverse`` is
+    # 1 / (that count + 1), computed once a step. A division per value made the Welford update
+    # of a column reduction (a GroupNorm's phase 1 over channels-last activations) bound by its
+    # arithmetic, not by its reads.
+    delta = value - mean
+    mean = mean + delta * inverse
+    return mean, m2 + delta * (value - mean), weight + 1.0
+
+
+@triton.jit
 def welford_update_masked(mean, m2, weight, value, valid):
     new_weight = weight + valid.to(tl.float32)
     delta = tl.where(valid, value - mean, 0.0)
