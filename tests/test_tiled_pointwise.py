@@ -114,23 +114,35 @@ def test_tiled_kernel_with_many_outer_blocks_and_odd_sizes() -> None:
     assert "tiled: 40 (y) by 24 (x) elements per 7 outer block(s)" in source
 
 
-@pytest.mark.parametrize(("dtype", "hw"), [(torch.float32, (14, 14)), (torch.bfloat16, (7, 7)), (torch.float16, (3, 5))],
-                         ids=str)
-def test_a_transpose_over_an_extent_no_block_divides_is_tiled_and_masked(dtype: torch.dtype, hw: tuple[int, int]) -> None:
+@pytest.mark.parametrize(("dtype", "hw", "block"), [(torch.float32, (14, 14), 32), (torch.bfloat16, (7, 7), 32),
+                                                   (torch.float16, (3, 5), 8)], ids=str)
+def test_a_transpose_over_an_extent_no_block_divides_shifts_its_last_block(dtype: torch.dtype, hw: tuple[int, int],
+                                                                           block: int) -> None:
     """A channels-last map written contiguous (NCHW): the output's fastest extent is the h * w
-    positions, which no block of 8 or more divides at 14x14 (196) or 7x7; the tile along them is
-    masked at the stores, its loads clamped into range, instead of a flat kernel reading one
-    element per sector. Under 8 positions (3x5 is 15: still tiled, 16 wide) every load in range too."""
+    positions, which no block of 8 or more divides at 14x14 (196), 7x7 or 3x5. The tile along
+    them ends with a block shifted back to end at the extent's end, overlapping the one before:
+    no masks, indices a start plus ``tl.arange`` (clamped indices are not coalesced), and no
+    output written over an input."""
     h, w = hw
     x = torch.randn(3, 40, h, w).to(dtype).to(memory_format=torch.channels_last)
     check(lambda x: (torch.sigmoid(x) * 2).contiguous(), x)
     source = _source()
     positions = h * w
     assert f"tiled: 40 (y) by {positions} (x) elements per 3 outer block(s)" in source
-    assert "masked at the stores" in source and ", xcmask)" in source
-    assert f"x_inner = tl.minimum(x_inner_raw, {positions} - 1)" in source
-    assert "ymask" not in source  # 40 channels: a block of 8 divides them
-    assert "xindex" not in source
+    assert "the last block along x shifted back to end at the extent's end: no masks" in source
+    last = positions - block
+    multiple = __import__("math").gcd(block, last)
+    shifted = f"tl.minimum((pid % x_tiles) * XBLOCK, {last})"
+    assert (f"x_inner_start = tl.multiple_of({shifted}, {multiple})" if multiple > 1 else f"x_inner_start = {shifted}") in source
+    assert "x_inner = x_inner_start + tl.arange(0, XBLOCK)[None, :]" in source
+    assert "xcmask" not in source and "ymask" not in source and "xindex" not in source
+
+
+def test_a_ragged_tile_in_both_axes_is_right_at_odd_sizes() -> None:
+    x = torch.randn(2, 36, 7, 7).to(memory_format=torch.channels_last)  # 36 channels, 49 positions
+    check(lambda x: torch.relu(x).contiguous() + 1, x)
+    source = _source()
+    assert "shifted back" in source and "y_index_start = " in source and "x_inner_start = " in source
 
 
 def test_an_extent_under_eight_keeps_the_flat_kernel() -> None:

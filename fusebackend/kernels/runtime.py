@@ -386,9 +386,9 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
     """Blocks for a tiled (transposing) pointwise kernel over ``ysize`` by ``inner`` elements.
 
     Along each extent, the largest power of two up to 64 that divides it, where that is 8 or
-    more: no masks. Else (196 positions of a 14x14 map: 4 divides it) a block that does not
-    divide it, masked (``_masked_tile_block``). The caller keeps the flat kernel when either
-    block is under 8 (an extent under 8).
+    more. Else (196 positions of a 14x14 map: 4 divides it) a block that does not divide it
+    (``ragged_tile_block``), whose last block the kernel shifts back to end at the extent's end.
+    The caller keeps the flat kernel when either block is under 8 (an extent under 8).
     """
     blocks = {"XBLOCK": _tile_block(inner), "YBLOCK": _tile_block(ysize)}
     if use_interpreter():
@@ -398,15 +398,16 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
 
 def _tile_block(extent: int) -> int:
     exact = math.gcd(extent, 64)
-    return exact if exact >= 8 or extent < 8 else _masked_tile_block(extent)
+    return exact if exact >= 8 or extent < 8 else ragged_tile_block(extent)
 
 
-def _masked_tile_block(extent: int) -> int:
-    """A masked block along an extent no block of 8 to 64 divides: of 64, 32 and 16, the one
-    with the least padded extent, a tile's fixed work (its indices, its share of the shared
-    memory it transposes through) counted as 8 more elements: 196 takes 32 (7 blocks, 224
-    positions, against 256 for 64 and 208 in 13 blocks of 16); 49 takes 64."""
-    return min((64, 32, 16), key=lambda b: -(-extent // b) * (b + 8))
+def ragged_tile_block(extent: int) -> int:
+    """A block along an extent of 8 or more that no block of 8 to 64 divides: of 64, 32, 16 and
+    8 (those not above the extent), the one that covers it with the fewest positions, a
+    block's fixed work (its indices, its share of the shared memory it transposes through)
+    counted as 8 more: 196 takes 32 (7 blocks over 224 positions, against 256 for 64 and 208
+    in 13 blocks of 16); 49 takes 32 (2 blocks over 64 positions)."""
+    return min((b for b in (64, 32, 16, 8) if b <= extent), key=lambda b: -(-extent // b) * (b + 8))
 
 
 WINDOW_TILES = 4  # from this many positions of one tensor, column_tile_config's window blocks
