@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 import torch
 
 import fusebackend
@@ -100,6 +101,7 @@ def test_backward_kernels_name_only_the_forward_nodes_they_recompute() -> None:
     assert all(step == "backward" for k in backward[0].kernels for step, _ in sources[k])
 
 
+@pytest.mark.full  # Inductor's C++ compile, 13 s: pytest --full
 def test_inductor_on_a_cpu_names_its_aten_calls_not_its_cpp_kernels() -> None:
     # torch 2.13: Inductor's C++ kernels have no source-node comment (its Triton kernels do);
     # its ATen calls do, with Dynamo's names, the ones fuse gives

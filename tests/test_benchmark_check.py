@@ -79,6 +79,7 @@ def test_fp32_reference_still_fails_a_wrong_output() -> None:
     assert note == "" and err == pytest.approx(3e-4, rel=1e-3)
 
 
+@pytest.mark.full  # a study's, 20-30 s on 2 cores: pytest --full
 def test_column_sum_study_kernels_sum_columns() -> None:
     # the study's hand-written kernels (both phases, one kernel with its counters reset between
     # calls, a first phase alone, a read-only pass) are checked against an fp32 sum on fresh

@@ -24,6 +24,7 @@ def test_inductors_first_call_is_split_by_dynamos_timers(monkeypatch: pytest.Mon
     assert run.inductor_stages(before, 7.0, train=True) == {"dynamo": 1.5, "backend": 5.0, "other": 0.5}
 
 
+@pytest.mark.full  # four processes, 30-60 s on 2 cores: pytest --full
 def test_each_backend_compiles_cold_then_warm_in_processes_of_its_own(tmp_path: pathlib.Path) -> None:
     compile_time.run("resnet", "inference", repeats=1, out=str(tmp_path), timeout=600, backends=["fuse"], tiny=True)
     found = compile_time.collect(str(tmp_path))

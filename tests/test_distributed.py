@@ -131,6 +131,7 @@ def test_ddp_trains_with_eager_ddps_losses(tmp_path, monkeypatch: pytest.MonkeyP
     assert fused.graphs >= 6 and fused.eager_graphs == 0  # a forward and a backward per split, at least 3
 
 
+@pytest.mark.full  # 35 s on 2 cores; DDP's runs by default: pytest --full
 def test_fsdp2_trains_with_eager_fsdp2s_losses(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks.zoo.distributed import table
 

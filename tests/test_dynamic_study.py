@@ -11,6 +11,7 @@ pytest.importorskip("transformers", reason="the zoo needs transformers: pip inst
 from benchmarks.studies import dynamic_study  # noqa: E402
 
 
+@pytest.mark.full  # a study's, 45 s on 2 cores: pytest --full
 def test_the_study_compiles_once_for_all_lengths_where_asked(tmp_path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -36,6 +37,7 @@ def test_the_study_compiles_once_for_all_lengths_where_asked(tmp_path) -> None:
             assert row["host_ms"] > 0 and row["gpu_ms"] is None and len(row["step_ms_rounds"]) == 1
 
 
+@pytest.mark.full  # a study's, 45 s on 2 cores: pytest --full
 def test_the_interleaved_study_times_every_variant_in_turn_in_one_process() -> None:
     result = dynamic_study._interleaved(["fuse-static", "fuse-symbolic"], "gpt2", "tiny", [11], 2, rounds=1)
     assert [(r["variant"], r["seq"]) for r in result["rows"]] == [("fuse-static", 11), ("fuse-symbolic", 11)]
