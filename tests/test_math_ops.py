@@ -473,3 +473,25 @@ def test_mvlgamma_reduction_of_lgamma() -> None:
     # multigammaln decomposes to lgamma of a broadcast sum: pointwise and reduction, all generated.
     x = torch.rand(6, 5) * 3 + 2
     check_lowered(lambda x: torch.mvlgamma(x, p=3), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_quotient_or_root_rounded_to_half_precision_is_approximate(dtype: torch.dtype) -> None:
+    """fp32 division and square root are correctly rounded (th.div, th.sqrt) where their fp32
+    result is kept; rounded to bf16 or fp16 at once, Triton's approximate ``/`` and ``tl.sqrt``
+    (within 2 ulp of fp32) give the same half-precision value but for a rare unit in the last
+    place, and per element the correctly rounded sequences cost a GRN's output kernel 60% more
+    time (codegen/body.py, ``_rounded_to_half``). A per-channel ratio as ConvNeXt V2's GRN makes."""
+    x = (torch.randn(3, 7, 9, 40) * 4).to(dtype)
+    g = (torch.rand(3, 1, 1, 40) + 0.5).to(dtype)
+    check(lambda x, g: x * (g / (g.mean(-1, keepdim=True) + 1e-6)) + torch.sqrt(x.abs()), x, g)
+    source = "\n".join(kernels().values())  # the mean's kernel, and the one that divides
+    assert "th.div(" not in source and "th.sqrt(" not in source, source
+    assert " / " in source and "tl.sqrt(" in source
+
+
+def test_a_quotient_or_root_kept_in_fp32_stays_correctly_rounded() -> None:
+    x, g = torch.randn(5, 40), torch.rand(5, 40) + 0.5
+    check(lambda x, g: x / g + torch.sqrt(g), x, g)
+    (source,) = kernels().values()
+    assert "th.div(" in source and "th.sqrt(" in source and " / " not in source
