@@ -481,7 +481,7 @@ def test_a_quotient_or_root_rounded_to_half_precision_is_approximate(dtype: torc
     result is kept; rounded to bf16 or fp16 at once, Triton's approximate ``/`` and ``tl.sqrt``
     (within 2 ulp of fp32) give the same half-precision value but for a rare unit in the last
     place, and per element the correctly rounded sequences cost a GRN's output kernel 60% more
-    time (codegen/body.py, ``_rounded_to_half``). A per-channel ratio as ConvNeXt V2's GRN makes."""
+    time (``codegen/fast_math.rounded_to_half``). A per-channel ratio as ConvNeXt V2's GRN makes."""
     x = (torch.randn(3, 7, 9, 40) * 4).to(dtype)
     g = (torch.rand(3, 1, 1, 40) + 0.5).to(dtype)
     check(lambda x, g: x * (g / (g.mean(-1, keepdim=True) + 1e-6)) + torch.sqrt(x.abs()), x, g)

@@ -399,46 +399,37 @@ def test_split_variance_reads_its_input_once(shape: tuple[int, ...], dims: int) 
     assert f"kernel 0: buf0, buf1  | read {x.numel() * 4 / 1024:.2f} KiB" in art.schedule
 
 
-def test_split_variance_in_a_looped_kernel_with_ragged_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # chunks of 375 positions in blocks of 64 (the last block of each chunk partial) and 5
-    # columns in blocks of 4: the masked Welford update and the masked lanes of the combine
+@pytest.mark.parametrize(("rows", "columns", "blocks", "scale", "mean", "rtol", "update"), [
+    # chunks of 375 positions in blocks of 64 (each chunk's last block partial) and 5 columns in
+    # blocks of 4: the masked Welford update and the masked lanes of the combine
+    (3000, 5, (4, 64), 2, 50, 1e-5, "th.welford_update_masked("),
+    # chunks of 256 in blocks of 64, 8 columns in blocks of 8: no lane masked, so each has seen
+    # as many values as the others and 1 / count is computed once a step, not once a value
+    # (a mean of 1e4 and a spread of 3: the looser tolerance)
+    (4096, 8, (8, 64), 3, 1e4, 2e-4, "th.welford_update_step("),
+], ids=["ragged", "unmasked"])
+def test_split_variance_in_a_looped_kernel(monkeypatch: pytest.MonkeyPatch, rows: int, columns: int,
+                                           blocks: tuple[int, int], scale: float, mean: float, rtol: float,
+                                           update: str) -> None:
     from fusebackend.kernels import runtime
 
     original = runtime.reduction_config
+    chunk = 375 if update.endswith("masked(") else 256
 
     def small(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        return {"XBLOCK": 4, "RBLOCK": 64} if rnumel == 375 else original(xnumel, rnumel, row_contiguous, passes)
+        return ({"XBLOCK": blocks[0], "RBLOCK": blocks[1]} if rnumel == chunk
+                else original(xnumel, rnumel, row_contiguous, passes))
 
     monkeypatch.setattr(runtime, "reduction_config", small)
-    x = torch.randn(3000, 5) * 2 + 50
+    x = torch.randn(rows, columns) * scale + mean
     v, m = compile_fn(lambda x: torch.var_mean(x, 0))(x)
     v64, m64 = _float64_var_mean(x, 0)
-    torch.testing.assert_close(v.double(), v64, rtol=1e-5, atol=0)
+    torch.testing.assert_close(v.double(), v64, rtol=rtol, atol=0)
     torch.testing.assert_close(m.double(), m64, rtol=1e-6, atol=0)
     phase1 = next(s for s in sources() if "(split, phase 1)" in s)
-    assert looped(phase1) and "th.welford_update_masked" in phase1 and "th.reduce_sum" in phase1
-
-
-def test_split_variance_in_an_unmasked_loop_divides_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    # chunks of 256 positions in blocks of 64, 8 columns in blocks of 8: no lane is masked, so
-    # each has seen as many values as the others and 1 / count is computed once a step, not
-    # once a value; a mean of 1e4 and a spread of 3 (the tolerance of the test above)
-    from fusebackend.kernels import runtime
-
-    original = runtime.reduction_config
-
-    def small(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        return {"XBLOCK": 8, "RBLOCK": 64} if rnumel == 256 else original(xnumel, rnumel, row_contiguous, passes)
-
-    monkeypatch.setattr(runtime, "reduction_config", small)
-    x = torch.randn(4096, 8) * 3 + 1e4
-    v, m = compile_fn(lambda x: torch.var_mean(x, 0))(x)
-    v64, m64 = _float64_var_mean(x, 0)
-    torch.testing.assert_close(v.double(), v64, rtol=2e-4, atol=0)
-    torch.testing.assert_close(m.double(), m64, rtol=1e-6, atol=0)
-    phase1 = next(s for s in sources() if "(split, phase 1)" in s)
-    assert looped(phase1) and "th.welford_update_step(" in phase1 and "1.0 / (roffset // RBLOCK + 1)" in phase1
-    assert "welford_update_masked" not in phase1
+    assert looped(phase1) and update in phase1 and "th.reduce_sum" in phase1
+    if update == "th.welford_update_step(":
+        assert "1.0 / (roffset // RBLOCK + 1)" in phase1 and "welford_update_masked" not in phase1
 
 
 def test_split_column_reduction_uneven_chunks() -> None:

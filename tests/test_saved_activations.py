@@ -17,11 +17,7 @@ from fusebackend import backend
 from fusebackend.decompositions import decomposition_table
 
 
-def saved_bytes(fn: Callable[..., torch.Tensor], args: list[torch.Tensor], decompositions: dict[Any, Any],
-                partition: Callable[..., Any]) -> int:
-    """The bytes of the tensors the partition passes from the forward graph to the backward."""
-    sizes: list[int] = []
-
+def _recorder(partition: Callable[..., Any], sizes: list[int]) -> Callable[..., Any]:
     def recording(joint: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
         fw, bw = partition(joint, inputs, **kwargs)
         sizes.extend(n.meta["val"].numel() * n.meta["val"].element_size() for n in bw.graph.nodes
@@ -29,8 +25,15 @@ def saved_bytes(fn: Callable[..., torch.Tensor], args: list[torch.Tensor], decom
                      and isinstance(n.meta.get("val"), torch.Tensor))
         return fw, bw
 
+    return recording
+
+
+def saved_bytes(fn: Callable[..., torch.Tensor], args: list[torch.Tensor], decompositions: dict[Any, Any],
+                partition: Callable[..., Any]) -> int:
+    """The bytes of the tensors the partition passes from the forward graph to the backward."""
+    sizes: list[int] = []
     compiled = aot_function(fn, fw_compiler=lambda gm, _: gm, bw_compiler=lambda gm, _: gm,
-                            partition_fn=recording, decompositions=decompositions)
+                            partition_fn=_recorder(partition, sizes), decompositions=decompositions)
     compiled(*args).sum().backward()
     return sum(sizes)
 
@@ -56,17 +59,6 @@ def test_a_global_response_norm_saves_no_more_than_inductors_partition() -> None
     ours = saved_bytes(block, args, decomposition_table(), backend._partition)
     inductors = saved_bytes(block, args, select_decomp_table(), min_cut_rematerialization_partition)
     assert ours <= inductors, (ours, inductors)
-
-
-def _recorder(partition: Callable[..., Any], sizes: list[int]) -> Callable[..., Any]:
-    def recording(joint: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:
-        fw, bw = partition(joint, inputs, **kwargs)
-        sizes.extend(n.meta["val"].numel() * n.meta["val"].element_size() for n in bw.graph.nodes
-                     if n.op == "placeholder" and not n.name.startswith("tangents")
-                     and isinstance(n.meta.get("val"), torch.Tensor))
-        return fw, bw
-
-    return recording
 
 
 def _inductors_partition(joint: torch.fx.GraphModule, inputs: Any, **kwargs: Any) -> Any:

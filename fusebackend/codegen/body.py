@@ -21,6 +21,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
+from fusebackend.codegen import fast_math
 from fusebackend.codegen.kernel_header import sizes_in
 from fusebackend.codegen.triton_ops import LITERAL_ARGS, TRITON_DTYPE, render_literal, render_op, takes_tensors
 from fusebackend.scheduler import KernelPlan
@@ -306,10 +307,10 @@ class KernelBody:
             inlined = self.resolve(expr.args[0], subst)
             if inlined is not None:  # fold casts across the fusion boundary (fp32 stays fp32)
                 return self.value(ir.cast(inlined, expr.dtype), {})
-        root = self._reciprocal_root(expr, subst)
+        root = fast_math.reciprocal_root(self, expr, subst)
         if root is not None:
             return self.value(ir.Op("rsqrt", (root,), torch.float32), {})
-        approximate = self._rounded_to_half(expr, subst)
+        approximate = fast_math.rounded_to_half(self, expr, subst)
         if approximate is not None:
             return self.value(ir.Op(expr.name, (approximate,), expr.dtype), {})
         constants = [self._constant(a, subst) for a in expr.args]
@@ -332,50 +333,6 @@ class KernelBody:
         if not dims and (expr.name in _COMPARISONS or (expr.name == "to" and expr.dtype == torch.bool)):
             text = f"th.as_bool({text})"
         return self._emit(text, dims)
-
-    def _rounded_to_half(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Rendered | None:
-        """For an fp32 division or square root rounded to half precision at once (``expr`` a
-        ``round_to`` or ``to`` fp16/bf16 of it): the quotient or root computed with Triton's
-        approximate ``/`` or ``tl.sqrt``, within 2 ulp of fp32; else None.
-
-        Correctly rounded division and root (``th.div``, ``th.sqrt``) are long instruction
-        sequences. Per element in GRN's output kernel (ConvNeXt V2, b64 56x56x384 bf16, H100,
-        2026-11-27) the division made it 248 us against 154 us approximate (Inductor's: 149 us).
-        Rounded to bf16 or fp16, 2 ulp of fp32 change the result only where the exact value
-        lies that close to a rounding boundary (about one element in 2**14 for bf16), and then
-        by the one unit in the last place the rounding itself may cost."""
-        if expr.name not in ("round_to", "to") or expr.dtype not in (torch.float16, torch.bfloat16):
-            return None
-        inner = expr.args[0]
-        if not isinstance(inner, ir.Op) or inner.dtype != torch.float32 or inner.name not in ("truediv", "sqrt"):
-            return None
-        if all(self._constant(a, subst) is not None for a in inner.args):
-            return None  # folded where it is rendered
-        args = [self.value(a, subst) for a in inner.args]
-        args = [a if a in self.dims else f"tl.full([], {a}, tl.float32)" for a in args]
-        text = f"{args[0]} / {args[1]}" if inner.name == "truediv" else f"tl.sqrt({args[0]})"
-        dims = frozenset().union(*(self.dims_of(a) for a in args))
-        return ir.Rendered(self._emit(text, dims), torch.float32)
-
-    def _reciprocal_root(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Expr | None:
-        """For an fp32 ``1 / sqrt(v)`` whose root is computed in this kernel: ``v``, so that it
-        renders as one ``rsqrt``; else None.
-
-        Batch norm's decomposition divides 1 by the correctly rounded root of the variance, and
-        correctly rounded division and root are long instruction sequences on a GPU: at batch 1,
-        where a kernel's time is the latency of its one pass, they made ResNet-50's batch norms
-        1.8 us against 1.5 us for Inductor's (H100, 2026-11-25). ``rsqrt`` is within 2 ulp of
-        the quotient, as Inductor's approximate division is, and ``torch.rsqrt`` on the GPU.
-        """
-        if expr.name != "truediv" or expr.dtype != torch.float32 or not isinstance(expr.args[1], ir.Load):
-            return None
-        one = self._constant(expr.args[0], subst)
-        if one is None or one.value != 1.0:
-            return None
-        root = self.resolve(expr.args[1], subst)
-        if isinstance(root, ir.Op) and root.name == "sqrt" and root.dtype == torch.float32:
-            return root.args[0]
-        return None
 
     def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         view = expr.view
