@@ -102,28 +102,70 @@ def test_no_kernel_writes_over_what_it_reads_at_other_elements() -> None:
     assert written_over(wrapper()) == [], wrapper()
 
 
-def test_a_persistent_softmax_writes_over_its_scores_and_a_looped_one_does_not() -> None:
-    # each row is read whole before any element of it is stored, and every stored element
-    # depends on the row's maximum and sum: a persistent kernel may overwrite its input. A looped
-    # one reads the row again in its last pass and is not let.
+def _looped(monkeypatch: pytest.MonkeyPatch, rblock: int = 64) -> None:
+    """Reduction kernels over blocks of ``rblock`` elements a row: rows longer than that take the
+    looped kernel (the interpreter's own blocks of 16K would need rows past 16K, seconds each)."""
+    from fusebackend.kernels import runtime
+
+    original = runtime.reduction_config
+
+    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": rblock}
+
+    monkeypatch.setattr(runtime, "reduction_config", blocks)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_a_softmax_writes_over_its_scores(looped: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each element is stored after the row's maximum and sum: a persistent kernel has read the
+    # whole row by then; a looped one reads a block of it in its last pass and stores that same
+    # block, after the passes that took the maximum and the sum
+    if looped:
+        _looped(monkeypatch)
     torch.manual_seed(0)
-    x, w = torch.randn(16, 16), torch.randn(16, 16)
-    long = torch.randn(16, 20000) * 0.1  # a row past one block (16K in the interpreter, 8K on a GPU): looped
+    x, w = torch.randn(16, 24), torch.randn(24, 200) * 0.3
 
-    def fn(x: torch.Tensor, w: torch.Tensor, long: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # (one long row: the interpreter combines a reduction's elements one by one, 7 s a row)
-        return torch.softmax(x @ w, -1), torch.softmax(x[:1] @ long, -1)
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x @ w, -1) * 3
 
-    out = compile_fn(fn)(x, w, long)
-    for got, expected in zip(out, fn(x, w, long)):
-        assert_same(got, expected)
+    assert_same(compile_fn(fn)(x, w), fn(x, w))
     source = wrapper()
     pairs = written_over(source)
     assert len(pairs) == 1, source
     kernel = source.split(f"{pairs[0][0]} = ", 1)[1].splitlines()[1]
-    assert "fused_red" in kernel and ", 16, 16)  # grid" in kernel  # the short rows' kernel
-    looped = [line for line in source.splitlines() if ", 1, 20000)  # grid" in line]
-    assert len(looped) == 1 and "RBLOCK=32768" not in looped[0] and f"{pairs[0][0]}," not in looped[0]
+    assert "fused_red" in kernel and ", 16, 200)  # grid" in kernel
+    assert ("RBLOCK=64" in kernel) == looped
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["persistent", "looped"])
+def test_a_reduction_writes_its_prologue_over_the_input(looped: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a batch norm, residual add and ReLU over a convolution's result, stored, and their mean
+    # over each map (a global pool, as an ASPP head takes it) in one kernel: the stored result is
+    # written over the product it is computed from, element by element, in the pass that also
+    # sums it (DeepLabV3's last backbone block: three 128 MiB blocks live at once against
+    # Inductor's two; b8 2048x64x64 bf16, H100, 2026-11-27). A variance's second pass reads the
+    # product again after the first stored over it: not there.
+    if looped:
+        _looped(monkeypatch)
+    torch.manual_seed(0)
+    x, w, scale, res = torch.randn(6, 300), torch.randn(300, 200) * 0.1, torch.randn(200), torch.randn(6, 200)
+
+    def pool(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, res: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.relu((x @ w) * scale + res)
+        return y, y.mean(-1)
+
+    def variance(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, res: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        p = x @ w
+        return p * scale, torch.var(p, -1)
+
+    for fn, over in ((pool, 1), (variance, 0 if looped else 1)):
+        torch._dynamo.reset()
+        for got, expected in zip(compile_fn(fn)(x, w, scale, res), fn(x, w, scale, res)):
+            assert_same(got, expected)
+        source = wrapper()
+        assert len(written_over(source)) == over, (fn.__name__, source)
+        launches = [line for line in source.splitlines() if "fused_red" in line and "# grid" in line]
+        assert len(launches) == 1 and ("RBLOCK=64" in launches[0]) == looped, source
 
 
 def test_the_option_turns_it_off() -> None:

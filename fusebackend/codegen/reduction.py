@@ -107,7 +107,11 @@ def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
     short = _generate_reduction(plan, index, pdl, looped.launch, True, suffix="_persistent")
     assert (short.args, short.sizes, short.grid) == (looped.args, looped.sizes, looped.grid)
     function = short.source[short.source.index("@triton.jit"):]
-    return dataclasses.replace(looped, source=f"{looped.source}\n\n{function}", short_rows=short.launch["RBLOCK"])
+    # the wrapper writes in place only where both kernels may: the looped one reads a row again
+    # in later passes, where the persistent one keeps it in registers
+    in_place = tuple(pair for pair in looped.in_place if pair in short.in_place)
+    return dataclasses.replace(looped, source=f"{looped.source}\n\n{function}", short_rows=short.launch["RBLOCK"],
+                               in_place=in_place)
 
 
 def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None,
@@ -147,10 +151,9 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
     def out_ptr(buf: ir.Buffer) -> str:
         return outputs[buf.name]
 
-    # full-size outputs of a persistent kernel that depend on a reduction of their own row, and
-    # their offsets: candidates for being written over an input (in_place_pairs); and how many
-    # loads the body had made when it first stored
-    after_reduction: dict[str, sympy.Expr] = {}
+    # full-size outputs and their offsets: candidates for being written over an input
+    # (in_place_pairs); and how many loads the body had made when it first stored
+    full_stores: dict[str, sympy.Expr] = {}
     loads_before_store: list[int] = []
 
     def store(node: ir.Node, value: str, dims: frozenset[str]) -> None:
@@ -164,8 +167,8 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
         if node.name in space.guards:  # a split's chunks overrun the rows: store the valid pairs only
             guard = body.value(space.guards[node.name], {})
             mask = guard if mask is None else f"{guard} & {mask}"
-        elif persistent and dims == FULL and depth[node.name] > 0:
-            after_reduction[buf.name] = offset
+        elif dims == FULL:
+            full_stores[buf.name] = offset
         if not loads_before_store:
             loads_before_store.append(len(body.load_offsets))
         body.emit_raw(f"tl.store({out_ptr(buf)} + ({body.offset_text(offset, dims)}), {value}"
@@ -248,16 +251,22 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
     grid = ceil_div(xnumel, launch["XBLOCK"])  # over symbolic sizes: computed at each call
     args = tuple(body.inputs) + tuple(outputs)
     return KernelSource(name, w.source(), args, (xnumel, rnumel, *symbols), grid, launch, plan, body.asserts,
-                        in_place=_in_place(body, after_reduction, loads_before_store))
+                        in_place=_in_place(body, full_stores, loads_before_store))
 
 
 def _in_place(body: KernelBody, stores: dict[str, sympy.Expr], loads_before_store: list[int]
               ) -> tuple[tuple[str, str], ...]:
-    """(output, input) pairs of a persistent kernel that may share memory: the input is read only
-    at the element the output is stored at (``memory.in_place_pairs``), every load of it comes
-    before the first store, and the output's value depends on a reduction of its row (so each
-    element is stored only after the whole row, that element included, was read: a softmax over
-    the scores it overwrites)."""
+    """(output, input) pairs of a reduction kernel that may share memory: the input is read only
+    at the element the output is stored at (``memory.in_place_pairs``), and every load of it
+    comes before the body's first store. A persistent kernel reads its rows whole before it
+    stores any of them. A looped kernel's passes each run over a row in blocks of RBLOCK, and
+    a block's loads come before its stores: an output stored by the first pass over a row (a
+    pointwise prologue's result, such as the batch norm, residual add and ReLU whose mean a
+    global pool takes) is written element by element over its input, which no later pass
+    reads again; an output stored by the last pass (a softmax over the scores it overwrites)
+    is written over an input that no earlier store touched. A split's chunks that overrun the
+    rows store nothing there and are left out (``space.guards``: their loads may reach
+    another chunk's elements)."""
     if not stores:
         return ()
     read_late = {buf.name for buf, _ in body.load_offsets[loads_before_store[0]:]}
