@@ -158,8 +158,9 @@ def test_column_sum_with_a_full_size_output_reads_once(monkeypatch: pytest.Monke
     # looped 64 rows at a time)
     original = runtime.reduction_config
 
-    def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": 64}
+    def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+                     across_rows: bool = False) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": 64}
 
     monkeypatch.setattr(runtime, "reduction_config", small_blocks)
 
@@ -184,9 +185,10 @@ def test_config_is_told_how_many_passes_a_looped_kernel_makes(monkeypatch: pytes
     seen: list[int] = []
     original = runtime.reduction_config
 
-    def record(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+    def record(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+               across_rows: bool = False) -> dict[str, int]:
         seen.append(passes)
-        return original(xnumel, rnumel, row_contiguous, passes)
+        return original(xnumel, rnumel, row_contiguous, passes, across_rows)
 
     monkeypatch.setattr(runtime, "reduction_config", record)
     check(fn, torch.randn(6, 40))
@@ -238,6 +240,51 @@ def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg(2048, 256, False, 1) == {"XBLOCK": 32, "RBLOCK": 256, "num_warps": 8}
     assert cfg(8192, 8, False, 1) == {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4}
     assert cfg(65536, 1024, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
+
+
+def _position_scores(scores: torch.Tensor, c2p: torch.Tensor, p2c: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    # DeBERTa's disentangled attention: content-to-position scores gathered along the row, and
+    # position-to-content scores gathered at the transposed index (a column of p2c per row)
+    rows = index.expand(scores.shape)
+    c2p_terms = torch.gather(c2p, -1, rows)
+    p2c_terms = torch.gather(p2c, -1, rows).transpose(-1, -2)
+    return torch.softmax(scores + c2p_terms + p2c_terms, -1)
+
+
+def test_rows_read_across_take_more_rows_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the GPU's configs: a row of 512 in blocks of 2 rows, but 8 where a load's positions run
+    # down a column (p2c's gather and its index, read transposed)
+    from test_fusion_reductions import compile_only
+
+    original = runtime.reduction_config
+
+    def cfg(*args: Any, **kwargs: Any) -> dict[str, int]:  # the GPU's, where the kernels are only generated
+        with monkeypatch.context() as gpu:
+            gpu.setattr(runtime, "use_interpreter", lambda: False)
+            return original(*args, **kwargs)
+
+    assert cfg(4096, 512, True, 1) == {"XBLOCK": 2, "RBLOCK": 512, "num_warps": 2}
+    assert cfg(8192, 512, True, 1, across_rows=True) == {"XBLOCK": 8, "RBLOCK": 512, "num_warps": 8}
+    assert cfg(8192, 128, True, 1, across_rows=True) == {"XBLOCK": 8, "RBLOCK": 128, "num_warps": 2}
+    assert cfg(4096, 512, True, 1, across_rows=True)["XBLOCK"] == 2  # fewer than a thousand blocks of 8
+    s = 512  # rows of 512: 2 a block by default
+    positions = (torch.arange(s)[None, :] - torch.arange(s)[:, None]).clamp(-s // 2, s // 2 - 1) + s // 2
+    args = (torch.randn(4, 4, s, s, dtype=bf16), torch.randn(4, 4, s, s, dtype=bf16),
+            torch.randn(4, 4, s, s, dtype=bf16), positions)
+    monkeypatch.setattr(runtime, "reduction_config", cfg)
+    wrapper = compile_only(_position_scores, *args).wrapper
+    launches = [line for line in wrapper.splitlines() if "# grid" in line and "_gather" in line]
+    assert len(launches) == 1 and "XBLOCK=8, RBLOCK=512, num_warps=8" in launches[0], wrapper
+    plain = compile_only(lambda x: torch.softmax(x, -1), args[0]).wrapper
+    launches = [line for line in plain.splitlines() if "# grid" in line]
+    assert len(launches) == 1 and "XBLOCK=2, RBLOCK=512, num_warps=2" in launches[0], plain
+
+
+def test_rows_read_across_run_right() -> None:
+    torch.manual_seed(0)
+    s = 24
+    positions = (torch.arange(s)[None, :] - torch.arange(s)[:, None]).clamp(-8, 7) + 8
+    check(_position_scores, torch.randn(2, 3, s, s), torch.randn(2, 3, s, 16), torch.randn(2, 3, s, 16), positions)
 
 
 # ----------------------------------------------------------------------------------- launch
@@ -506,8 +553,9 @@ def _gpu_column_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Column reductions in the GPU's blocks (64 columns, 16 rows), not the interpreter's."""
     original = runtime.reduction_config
 
-    def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        config = original(xnumel, rnumel, row_contiguous, passes)
+    def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+                   across_rows: bool = False) -> dict[str, int]:
+        config = original(xnumel, rnumel, row_contiguous, passes, across_rows)
         return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
 
     monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)

@@ -404,9 +404,10 @@ def test_stored_prologue_of_a_split_in_unequal_chunks(monkeypatch: pytest.Monkey
     # chunk in one block (on any device)
     original = runtime.reduction_config
 
-    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+               across_rows: bool = False) -> dict[str, int]:
         rblock = 64 if looped else 1 << (rnumel - 1).bit_length()
-        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": rblock}
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": rblock}
 
     monkeypatch.setattr(runtime, "reduction_config", blocks)
     x = torch.randn(shape)

@@ -109,8 +109,9 @@ def _looped(monkeypatch: pytest.MonkeyPatch, rblock: int = 64) -> None:
 
     original = runtime.reduction_config
 
-    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
-        return {**original(xnumel, rnumel, row_contiguous, passes), "RBLOCK": rblock}
+    def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+               across_rows: bool = False) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": rblock}
 
     monkeypatch.setattr(runtime, "reduction_config", blocks)
 

@@ -439,11 +439,21 @@ def column_tile_config(rows: int, inner: int, window: int = 1) -> dict[str, int]
     return blocks if use_interpreter() else {**blocks, "num_warps": 4}
 
 
-def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
+
+
+def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
+                     across_rows: bool = False) -> dict[str, int]:
     """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row).
 
     ``passes``: how many times a looped kernel reads each row (one per level of dependent
     reductions, one more for full-size outputs); a persistent kernel reads it once.
+    ``across_rows``: a row's positions are read at a stride (a tensor read transposed, or
+    gathered along another axis) where the next row reads the next element: a block of
+    ``ROWS_ACROSS`` rows uses more of each 32-byte sector it loads, from the L1 cache. DeBERTa's
+    attention softmax over rows of 512 with its position terms gathered transposed (b16, 12
+    heads, bf16, H100, a scratch study, 2026-11-27): 340-400 us at 4-16 rows a block, 1128 at
+    32; about 490 us at the 2 rows below (the zoo's profile).
     """
     r = _next_pow2(max(rnumel, 1))
     if use_interpreter():
@@ -474,6 +484,8 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
         return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
     if r <= 8192:
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), 1024 // r))
+        if across_rows and xnumel >= ROWS_ACROSS * 1024:  # (and still a thousand blocks or more)
+            xblock = max(xblock, min(ROWS_ACROSS, 8192 // r))
         warps = max(1, min(16, xblock * r // 512))
         return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": warps}
     return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
