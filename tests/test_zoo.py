@@ -315,6 +315,31 @@ def test_zoo_report_merges_saved_runs(tmp_path: pathlib.Path) -> None:
     assert not (tmp_path / "none.png").exists()
 
 
+def test_chart_from_a_list_gives_each_row_its_file(tmp_path: pathlib.Path) -> None:
+    """``--chart-from runs.txt``: the JSON files a list names, oldest first, relative to the list;
+    the later file's row is kept, and ``zoo_sources.md`` names the file of each row."""
+    from benchmarks.zoo import report, run
+
+    env = {"device": "GPU A", "dtype": "bfloat16", "size": "real", "modes": ["inference"]}
+    report.write([_row("gpt2", "inference", 2.0, 4.0), _row("bert", "inference", 9.0, 9.0)], env,
+                 str(tmp_path / "old"), "zoo_inference")
+    report.write([_row("bert", "inference", 3.0, 2.0)], env, str(tmp_path / "new"), "zoo_inference")
+    listing = tmp_path / "current.txt"
+    listing.write_text("# oldest first\nold/zoo_inference.json\n\nnew/zoo_inference.json  # the rerun\n")
+    rows = run.main(["--chart-from", str(listing), "--out", str(tmp_path / "out")])
+    assert [(r.model, r.fuse.speedup) for r in rows] == [("gpt2", 2.0), ("bert", 3.0)]
+    assert (tmp_path / "out" / "zoo_inference.png").read_bytes()[:8] == PNG_MAGIC
+    table = (tmp_path / "out" / "zoo_inference_sources.md").read_text().splitlines()
+    assert table[2] == "| gpt2 | inference | b2 s16 | 10 | 2.5 | 5 | 0.50x | - | old/zoo_inference.json |", table
+    assert table[3] == "| bert | inference | b2 s16 | 10 | 5 | 3.333 | 1.50x | - | new/zoo_inference.json |", table
+    # fuse 2x and 3x over eager, Inductor 4x and 2x; fuse / Inductor 0.5 and 1.5
+    assert table[-1] == ("2 rows; geometric mean over eager: fuse 2.45x, Inductor 2.83x; fuse / Inductor 0.87x "
+                         "over the 2 rows both timed."), table
+    with pytest.raises(SystemExit, match="no such file"):
+        listing.write_text("old/zoo_inference.json\nmissing.json\n")
+        run.main(["--chart-from", str(listing)])
+
+
 def test_relative_error_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     # compared in chunks (the harness's float64 copies of 4 GiB logits would not fit a GPU):
     # the same value as one pass, the largest difference and magnitude in different chunks,

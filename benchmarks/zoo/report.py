@@ -488,11 +488,13 @@ def _merge_environments(envs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list[ZooRow], dict[str, Any]]:
+def load(paths: Sequence[str], log: Callable[[str], None] = print,
+         sources: dict[tuple[str, str], str] | None = None) -> tuple[list[ZooRow], dict[str, Any]]:
     """Rows and environment from saved JSON files, in order. A model and mode in several files
-    keeps the last file's row (a rerun replaces the first), said through ``log``."""
+    keeps the last file's row (a rerun replaces the first), said through ``log``; ``sources``,
+    where given, gets each kept row's file by (model, mode)."""
     rows: dict[tuple[str, str], ZooRow] = {}
-    where: dict[tuple[str, str], str] = {}
+    where: dict[tuple[str, str], str] = {} if sources is None else sources
     envs = []
     for path in paths:
         with open(path) as f:
@@ -501,10 +503,33 @@ def load(paths: Sequence[str], log: Callable[[str], None] = print) -> tuple[list
         for r in file_rows:
             key = (r.model, r.mode)
             if key in rows:
-                log(f"{r.model} ({r.mode}) is in {where[key]} and {path}: {path}'s row is kept")
+                if where[key] != path:
+                    log(f"{r.model} ({r.mode}) is in {where[key]} and {path}: {path}'s row is kept")
                 del rows[key]
             rows[key], where[key] = r, path
     env = _merge_environments(envs)
     if len(paths) > 1:
         env["sources"] = list(paths)
     return list(rows.values()), env
+
+
+def sources_table(rows: Sequence[ZooRow], sources: dict[tuple[str, str], str], root: str) -> str:
+    """A Markdown table of ``rows`` (ms per step, fuse / Inductor, peak MiB) with each row's file
+    (relative to ``root``), whose name ends with the code it ran."""
+    lines = ["| model | mode | batch | eager | Inductor | fuse | fuse / Inductor | peak MiB e / i / f | file |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        file = os.path.relpath(sources[(r.model, r.mode)], root)
+        if r.status != "ok":
+            lines.append(f"| {r.model} | {r.mode} | {r.shapes or '-'} | {r.status} | | | | | {file} |")
+            continue
+        i, f = r.inductor, r.fuse
+        ratio = "-" if i is None or f is None or not i.median_ms or not f.median_ms else f"{i.median_ms / f.median_ms:.2f}x"
+        lines.append(f"| {r.model} | {r.mode} | {r.shapes} | {_ms(r.eager).split(' ')[0]} | {_ms(i).split(' ')[0]} | "
+                     f"{_ms(f).split(' ')[0]} | {ratio} | {_each(r, lambda v: v.peak_mib, '.0f')} | {file} |")
+    fuse, inductor = speedups(rows, "fuse"), speedups(rows, "inductor")
+    both = [r for r in rows if r.status == "ok" and r.inductor and r.fuse and r.inductor.median_ms and r.fuse.median_ms]
+    ratio = geomean(r.inductor.median_ms / r.fuse.median_ms for r in both)
+    lines += ["", f"{len(rows)} rows; geometric mean over eager: fuse {geomean(fuse) or 0:.2f}x, Inductor "
+              f"{geomean(inductor) or 0:.2f}x; fuse / Inductor {ratio or 0:.2f}x over the {len(both)} rows both timed."]
+    return "\n".join(lines) + "\n"

@@ -462,15 +462,36 @@ def select(names: str, mode: str) -> list[tuple[str, str]]:
     return items
 
 
+def _listed(path: str) -> list[str]:
+    """The JSON files a ``.txt`` list names, one a line (``#`` starts a comment), relative to the
+    list's folder: the zoo's current figures are such a list, oldest runs first."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(path) as f:
+        names = [line.split("#", 1)[0].strip() for line in f]
+    return [os.path.join(folder, n) for n in names if n]
+
+
 def chart_from(paths: str, out: str | None) -> list[ZooRow]:
-    """``--chart-from``: the table, summary and chart of saved results, nothing run."""
-    files = [p.strip() for p in paths.split(",") if p.strip()]
+    """``--chart-from``: the table, summary and chart of saved results, nothing run. A ``.txt``
+    path is a list of JSON files (``_listed``); from several files, a model and mode keeps the
+    last file's row, and ``<stem>_sources.md`` beside the chart gives each row with its file and
+    code (``report.sources_table``)."""
+    files = [f for p in paths.split(",") if p.strip()
+             for f in (_listed(p.strip()) if p.strip().endswith(".txt") else [p.strip()])]
     missing = [p for p in files if not os.path.isfile(p)]
     if not files or missing:
         raise SystemExit(f"--chart-from: no such file: {', '.join(missing) or paths!r}")
-    rows, env = report.load(files)
+    sources: dict[tuple[str, str], str] = {}
+    rows, env = report.load(files, sources=sources)
     modes = [m for m in report.MODES if any(r.mode == m for r in rows)]
-    print_results(rows, env, out or os.path.dirname(os.path.abspath(files[0])), report.stem(str(env.get("size", "")), modes))
+    folder = out or os.path.dirname(os.path.abspath(files[0]))
+    name = report.stem(str(env.get("size", "")), modes)
+    print_results(rows, env, folder, name)
+    if len(files) > 1:
+        path = os.path.join(folder, name + "_sources.md")
+        with open(path, "w") as f:
+            f.write(report.sources_table(rows, sources, os.path.commonpath([os.path.abspath(p) for p in files])))
+        print(f"table: {path}")
     return rows
 
 
