@@ -153,13 +153,74 @@ def to_json(result: RunResult) -> dict[str, Any]:
     return data
 
 
+_COLOURS = {"fuse": "#1f77b4", "inductor": "#ff7f0e"}  # the zoo chart's
+
+
+def chart(data: dict[str, Any], path: str) -> str | None:
+    """A PNG of a run's share of the bandwidth floor reached per case, a bar for each compiled
+    variant (``data``: a run's JSON, ``to_json``'s, so a saved run draws the same chart); None,
+    and no file, where no case has a floor or matplotlib is not installed (the ``zoo`` extra).
+    matplotlib's object API, not pyplot: no global state of the process changes."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    cases = [c for c in data.get("cases", []) if c.get("floor_ms")]
+    names = [v["variant"] for c in cases for v in c["variants"] if v["variant"] != "eager"]
+    variants = sorted(dict.fromkeys(names), key=lambda n: (n != "fuse", n))  # fuse first, as in the zoo's chart
+    if not cases or not variants:
+        return None
+    figure = Figure(figsize=(8, 0.5 + 0.45 * len(cases) * len(variants)))
+    axes = figure.add_subplot()
+    height = 0.8 / len(variants)
+    for k, variant in enumerate(variants):
+        shares = [next((v.get("floor_fraction") or 0.0 for v in c["variants"] if v["variant"] == variant), 0.0)
+                  for c in cases]
+        places = [i + k * height for i in range(len(cases))]
+        bars = axes.barh(places, [100 * x for x in shares], height, label=variant,
+                         color=_COLOURS.get(variant.split("@")[0]))
+        axes.bar_label(bars, labels=[f"{100 * x:.0f}%" for x in shares], padding=2, fontsize=8)
+    axes.set_yticks([i + height * (len(variants) - 1) / 2 for i in range(len(cases))], [c["name"] for c in cases])
+    axes.invert_yaxis()
+    axes.axvline(100, color="black", linewidth=0.8)
+    axes.set_xlabel("% of the floor: the bytes a case moves over the copy bandwidth measured in the run")
+    axes.set_xlim(0, 120)
+    env = data.get("environment", {})
+    axes.set_title(f"{data.get('suite', '')}: {env.get('device', '?')}, torch {env.get('torch', '?')}", fontsize=10)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    return path
+
+
 def write(result: RunResult, folder: str, stem: str) -> list[str]:
-    """Write ``<folder>/<stem>.json`` and ``<folder>/<stem>.md``; return their paths."""
+    """Write ``<folder>/<stem>.json``, ``<folder>/<stem>.md`` and, where ``chart`` draws one,
+    ``<folder>/<stem>.png``; return their paths."""
     os.makedirs(folder, exist_ok=True)
     json_path = os.path.join(folder, f"{stem}.json")
     md_path = os.path.join(folder, f"{stem}.md")
+    data = json.loads(json.dumps(to_json(result), default=str))
     with open(json_path, "w") as f:
-        json.dump(to_json(result), f, indent=1, default=str)
+        json.dump(data, f, indent=1)
     with open(md_path, "w") as f:
         f.write(markdown(result))
-    return [json_path, md_path]
+    png = chart(data, os.path.join(folder, f"{stem}.png"))
+    return [json_path, md_path] + ([png] if png else [])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.report RUN.json [OUT.png]``: the chart of a saved harness run."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=main.__doc__)
+    parser.add_argument("run", help="a harness run's JSON (benchmarks.memory_bound --out writes one)")
+    parser.add_argument("png", nargs="?", help="where the chart goes (default: beside the JSON)")
+    args = parser.parse_args(argv)
+    with open(args.run) as f:
+        data = json.load(f)
+    path = chart(data, args.png or os.path.splitext(args.run)[0] + ".png")
+    print(path or "no chart: no case has a floor, or matplotlib is not installed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,11 @@
-"""The benchmark harness's output check (``benchmarks/check.py``): a wrong output must fail it."""
+"""The benchmark harness: its output check (``benchmarks/check.py``: a wrong output must fail it), and the
+files a run writes."""
 
 from __future__ import annotations
 
 import functools
+import json
+import pathlib
 
 import pytest
 import torch
@@ -95,3 +98,24 @@ def test_column_sum_study_kernels_sum_columns() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     checked = [line for line in done.stdout.splitlines() if line.startswith("checked ")]
     assert len(checked) >= 7 and "checked one kernel, split 8, 64 x 16, 4 warps" in checked
+
+
+def test_a_harness_run_writes_its_chart_and_draws_it_again(tmp_path: pathlib.Path) -> None:
+    # the memory-bound suite, two cases at tiny shapes on the CPU: the JSON, the Markdown and the
+    # chart of the share of the floor each variant reached; then the chart again from the JSON
+    from benchmarks import memory_bound, report
+
+    out = tmp_path / "run"
+    memory_bound.main(["--small", "--cases", "softmax_fp32,sum_dim1", "--device", "cpu", "--variants", "eager,fuse",
+                       "--out", str(out), "--repeats", "1"])
+    data = json.loads((out / "memory_bound_small.json").read_text())
+    assert [c["name"] for c in data["cases"]] == ["softmax_fp32", "sum_dim1"]
+    assert all(c["floor_ms"] and any(v["variant"] == "fuse" and v["floor_fraction"] for v in c["variants"])
+               for c in data["cases"])
+    assert (out / "memory_bound_small.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = tmp_path / "again.png"
+    report.main([str(out / "memory_bound_small.json"), str(again)])
+    assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # nothing with a floor: no chart, no file
+    assert report.chart({"cases": [dict(data["cases"][0], floor_ms=None)]}, str(tmp_path / "none.png")) is None
+    assert not (tmp_path / "none.png").exists()
