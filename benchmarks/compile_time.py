@@ -16,6 +16,7 @@ the call). Below it, each backend's first call by stage (medians).
 
     PYTHONPATH=. python -m benchmarks.compile_time --models gpt2,bert [--mode inference] [--repeats 2] [--out DIR]
     PYTHONPATH=. python -m benchmarks.compile_time --from DIR      # the table of runs saved in DIR
+    PYTHONPATH=. python -m benchmarks.compile_time --from DIR --chart compile_time.png   # and its chart
 
 Runs go to ``DIR/compile_time/<backend>_<repeat>_<cold|warm>/`` (the zoo's JSON and Markdown).
 """
@@ -129,6 +130,23 @@ def table(found: dict[tuple[str, str, str], list[dict[str, object]]]) -> str:
     return "\n".join(lines)
 
 
+def chart(found: dict[tuple[str, str, str], list[dict[str, object]]], path: str, title: str) -> str | None:
+    """A PNG of fuse's first call over Inductor's per model (medians), cold and warm: left of the
+    line at 1 fuse is faster (``report.bars``; None where nothing was measured)."""
+    from benchmarks import report as harness_report
+
+    models = list(dict.fromkeys(m for m, _, _ in found))
+
+    def ratio(model: str, state: str) -> float | None:
+        ind, fuse = (_median([float(x["s"]) for x in found.get((model, b, state), [])])  # type: ignore[arg-type]
+                     for b in ("inductor", "fuse"))
+        return None if ind is None or fuse is None else fuse / ind
+
+    series = {f"{state} start": [ratio(m, state) for m in models] for state in STATES}
+    return harness_report.bars(models, series, path, title, "fuse's first call over Inductor's (under 1: fuse is faster)",
+                               reference=1.0)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="", help="comma-separated zoo models (the zoo's --models)")
@@ -140,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--start", type=int, default=0,
                         help="number the repeats from this (more repeats added to a folder; odd ones reverse the order)")
     parser.add_argument("--tiny", action="store_true", help="the zoo's tiny configurations (a smoke test on a CPU)")
-    parser.add_argument("--from", dest="saved", default=None, metavar="DIR", help="run nothing: the table of DIR")
+    parser.add_argument("--from", dest="saved", default=None, metavar="DIR", help="run nothing: the table of DIR (or DIR,DIR...)")
+    parser.add_argument("--chart", default=None, metavar="PNG", help="also draw fuse / Inductor per model there")
     opts = parser.parse_args(argv)
     if opts.saved is None:
         if not opts.models:
@@ -150,7 +169,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if unknown:
             parser.error(f"unknown backend(s) {', '.join(sorted(unknown))}")
         run(opts.models, opts.mode, opts.repeats, opts.out, opts.timeout, backends, opts.tiny, opts.start)
-    print(table(collect(opts.saved or opts.out)))
+    found: dict[tuple[str, str, str], list[dict[str, object]]] = {}
+    for folder in (opts.saved or opts.out).split(","):  # several folders: one table (the zoo split across processes)
+        for key, runs in collect(folder).items():
+            found.setdefault(key, []).extend(runs)
+    print(table(found))
+    if opts.chart:
+        print(chart(found, opts.chart, "fuse's first call over Inductor's, each backend in processes of its own")
+              or "no chart: nothing measured, or matplotlib is not installed")
 
 
 if __name__ == "__main__":

@@ -342,6 +342,23 @@ def format_row(r: Row) -> str:
     return "  ".join(parts)
 
 
+def chart(data: dict[str, Any], path: str) -> str | None:
+    """A PNG of tokens/s per way and batch, a bar per backend (``data``: the JSON ``--out`` writes;
+    log axis: eager is ten times slower; ``report.bars``)."""
+    from benchmarks import report
+
+    rows = data["rows"]
+    groups = list(dict.fromkeys((r["model"], r["way"], r["batch"]) for r in rows))
+    backends = sorted(dict.fromkeys(r["backend"] for r in rows), key=lambda b: ("fuse", "inductor", "eager").index(b)
+                      if b in ("fuse", "inductor", "eager") else 3)
+    series = {b: [next((r["tokens_per_s"] for r in rows if (r["model"], r["way"], r["batch"]) == g and r["backend"] == b),
+                       None) for g in groups] for b in backends}
+    info = data.get("info", {})
+    return report.bars([f"{m} {way}, batch {batch}" for m, way, batch in groups], series, path,
+                       f"generation: {info.get('device', '?')}, {info.get('dtype', '?')}, torch {info.get('torch', '?')}",
+                       "tokens/s", log=True, fmt="{:.0f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["llama"])
@@ -354,8 +371,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ways", nargs="+", default=["lean", "recipe"], choices=["lean", "recipe"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="print each lean variant's decode kernels")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="folder for generate_<model>.json and its chart")
+    p.add_argument("--chart-from", default=None, metavar="JSON", help="run nothing: the chart of a saved run, beside it")
     args = p.parse_args(argv)
+    if args.chart_from:
+        with open(args.chart_from) as f:
+            print(chart(json.load(f), os.path.splitext(args.chart_from)[0] + ".png") or "no chart (matplotlib?)")
+        return
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype)
     bandwidth = copy_bandwidth(device) if device.type == "cuda" else None
@@ -378,8 +400,10 @@ def main(argv: list[str] | None = None) -> None:
                 info.update(transformers=transformers.__version__, triton=triton.__version__)
             except ImportError:
                 pass
+            data = {"info": info, "rows": [dataclasses.asdict(r) for r in rows]}
             with open(os.path.join(args.out, f"generate_{name}.json"), "w") as f:
-                json.dump({"info": info, "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+                json.dump(data, f, indent=1)
+            chart(data, os.path.join(args.out, f"generate_{name}.png"))
         del model
     print("done")
 

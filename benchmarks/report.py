@@ -153,44 +153,60 @@ def to_json(result: RunResult) -> dict[str, Any]:
     return data
 
 
-_COLOURS = {"fuse": "#1f77b4", "inductor": "#ff7f0e"}  # the zoo chart's
+_COLOURS = {"fuse": "#1f77b4", "inductor": "#ff7f0e", "eager": "#7f7f7f"}  # the zoo chart's, and eager grey
 
 
-def chart(data: dict[str, Any], path: str) -> str | None:
-    """A PNG of a run's share of the bandwidth floor reached per case, a bar for each compiled
-    variant (``data``: a run's JSON, ``to_json``'s, so a saved run draws the same chart); None,
-    and no file, where no case has a floor or matplotlib is not installed (the ``zoo`` extra).
-    matplotlib's object API, not pyplot: no global state of the process changes."""
+def bars(labels: list[str], series: dict[str, list[float | None]], path: str, title: str, xlabel: str,
+         reference: float | None = None, log: bool = False, fmt: str = "{:.2f}") -> str | None:
+    """A PNG of horizontal bars: a group per label, a bar per series (a series named after a
+    backend takes its colour; None draws no bar), each labelled with its value; ``reference``: a
+    line across (100% of a floor, 1.0 of a ratio). None, and no file, where matplotlib is not
+    installed (the ``zoo`` extra) or nothing has a value. matplotlib's object API, not pyplot: no
+    global state of the process changes. Every chart of the benchmarks but the zoo's (which draws
+    bars from 1 on a log axis, ``zoo/chart.py``) goes through here."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         return None
-    cases = [c for c in data.get("cases", []) if c.get("floor_ms")]
-    names = [v["variant"] for c in cases for v in c["variants"] if v["variant"] != "eager"]
-    variants = sorted(dict.fromkeys(names), key=lambda n: (n != "fuse", n))  # fuse first, as in the zoo's chart
-    if not cases or not variants:
+    if not labels or not any(v is not None for values in series.values() for v in values):
         return None
-    figure = Figure(figsize=(8, 0.5 + 0.45 * len(cases) * len(variants)))
+    figure = Figure(figsize=(9, 0.9 + 0.4 * len(labels) * len(series)))
     axes = figure.add_subplot()
-    height = 0.8 / len(variants)
-    for k, variant in enumerate(variants):
-        shares = [next((v.get("floor_fraction") or 0.0 for v in c["variants"] if v["variant"] == variant), 0.0)
-                  for c in cases]
-        places = [i + k * height for i in range(len(cases))]
-        bars = axes.barh(places, [100 * x for x in shares], height, label=variant,
-                         color=_COLOURS.get(variant.split("@")[0]))
-        axes.bar_label(bars, labels=[f"{100 * x:.0f}%" for x in shares], padding=2, fontsize=8)
-    axes.set_yticks([i + height * (len(variants) - 1) / 2 for i in range(len(cases))], [c["name"] for c in cases])
+    height = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        kept = [(i, v) for i, v in enumerate(values) if v is not None]
+        drawn = axes.barh([i + k * height for i, _ in kept], [v for _, v in kept], height, label=name,
+                          color=_COLOURS.get(name.split(" ")[0].lower()))
+        axes.bar_label(drawn, labels=[fmt.format(v) for _, v in kept], padding=2, fontsize=8)
+    axes.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
     axes.invert_yaxis()
-    axes.axvline(100, color="black", linewidth=0.8)
-    axes.set_xlabel("% of the floor: the bytes a case moves over the copy bandwidth measured in the run")
-    axes.set_xlim(0, 120)
-    env = data.get("environment", {})
-    axes.set_title(f"{data.get('suite', '')}: {env.get('device', '?')}, torch {env.get('torch', '?')}", fontsize=10)
+    if log:
+        axes.set_xscale("log")
+    if reference is not None:
+        axes.axvline(reference, color="black", linewidth=0.8)
+    top = max(v for values in series.values() for v in values if v is not None)
+    axes.set_xlim(right=top * (3 if log else 1.2))
+    axes.set_xlabel(xlabel)
+    axes.set_title(title, fontsize=10)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     return path
+
+
+def chart(data: dict[str, Any], path: str) -> str | None:
+    """The chart of a harness run (``data``: its JSON, ``to_json``'s, so a saved run draws the same
+    chart): per case with a floor, the share of the floor each compiled variant reached, fuse first."""
+    cases = [c for c in data.get("cases", []) if c.get("floor_ms")]
+    names = [v["variant"] for c in cases for v in c["variants"] if v["variant"] != "eager"]
+    variants = sorted(dict.fromkeys(names), key=lambda n: (n != "fuse", n))
+    shares = {n: [next((100 * v["floor_fraction"] for v in c["variants"]
+                        if v["variant"] == n and v.get("floor_fraction")), None) for c in cases] for n in variants}
+    env = data.get("environment", {})
+    return bars([c["name"] for c in cases], shares, path,
+                f"{data.get('suite', '')}: {env.get('device', '?')}, torch {env.get('torch', '?')}",
+                "% of the floor: the bytes a case moves over the copy bandwidth measured in the run",
+                reference=100, fmt="{:.0f}%")
 
 
 def write(result: RunResult, folder: str, stem: str) -> list[str]:

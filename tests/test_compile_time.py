@@ -38,3 +38,13 @@ def test_each_backend_compiles_cold_then_warm_in_processes_of_its_own(tmp_path: 
     assert cells[1] == "-" and float(cells[2]) == pytest.approx(cold["s"], abs=0.05), row  # no Inductor run
     assert float(cells[7]) < float(cells[2])  # fuse's own stages warm: a part of the cold first call
     assert "- resnet (inference), fuse warm: " in text
+
+
+def test_the_chart_gives_fuse_over_inductor_per_model(tmp_path: pathlib.Path) -> None:
+    found = {("gpt2 (inference)", "inductor", "cold"): [{"s": 10.0, "stages": {}}, {"s": 12.0, "stages": {}}],
+             ("gpt2 (inference)", "fuse", "cold"): [{"s": 5.5, "stages": {}}],
+             ("gpt2 (inference)", "inductor", "warm"): [{"s": 2.0, "stages": {}}]}
+    path = compile_time.chart(found, str(tmp_path / "ct.png"), "title")
+    assert path is not None and (tmp_path / "ct.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert compile_time.chart({}, str(tmp_path / "none.png"), "title") is None
+    assert not (tmp_path / "none.png").exists()

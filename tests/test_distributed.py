@@ -144,3 +144,21 @@ def test_fsdp2_trains_with_eager_fsdp2s_losses(tmp_path, monkeypatch: pytest.Mon
     assert eager.interleaved and fused.interleaved and len(fused.times_ms) == len(eager.times_ms) == 5
     text = table([eager, fused], torch.float32)
     assert "n/a (interleaved)" in text and "fsdp2, stepped in turn" in text and "    fuse: " in text
+
+
+def test_the_chart_reads_each_runs_results(tmp_path) -> None:
+    # a run's <setup>-<variant>.json in a folder of runs: one group per run and setup
+    import json
+
+    from benchmarks.zoo import distributed
+
+    for run, speed in (("r1", 100.0), ("r2", 120.0)):
+        (tmp_path / run).mkdir()
+        for variant, factor in (("eager", 1.0), ("fuse", 1.5)):
+            (tmp_path / run / f"ddp-{variant}.json").write_text(
+                json.dumps({"setup": "ddp", "variant": variant, "tokens_per_s": speed * factor}))
+    path = distributed.chart(str(tmp_path), str(tmp_path / "d.png"), "title")
+    assert path is not None and (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert distributed.chart(str(empty), str(tmp_path / "none.png"), "title") is None

@@ -66,3 +66,10 @@ def test_agree_counts_leading_tokens() -> None:
     got = torch.tensor([[1, 2, 3, 9], [1, 2, 7, 4]])
     assert generate.agree(got, ref, 1) == 1  # the second row agrees on its first new token only
     assert generate.agree(ref, ref, 1) == 3
+
+
+def test_the_chart_draws_tokens_per_second_per_way_and_backend(tmp_path) -> None:
+    rows = [{"model": "llama", "way": way, "batch": 1, "backend": backend, "tokens_per_s": speed}
+            for way in ("lean", "recipe") for backend, speed in (("eager", 60.0), ("inductor", 500.0), ("fuse", 550.0))]
+    path = generate.chart({"info": {"device": "cpu"}, "rows": rows}, str(tmp_path / "generate.png"))
+    assert path is not None and (tmp_path / "generate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

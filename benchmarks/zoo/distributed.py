@@ -363,6 +363,29 @@ def _paired(r: Result, base: Result) -> float:
     return statistics.median(a / b for a, b in zip(r.times_ms[WARMUP:], base.times_ms[WARMUP:]))
 
 
+def chart(folder: str, path: str, title: str) -> str | None:
+    """A PNG of tokens/s per setup, a bar per variant, from the JSON a run wrote into ``folder``
+    (``<setup>-<variant>.json``), or into each of its subfolders (several runs: a group per run
+    and setup); ``report.bars``, None where nothing was found."""
+    import glob
+
+    from benchmarks import report
+
+    runs = [folder] + sorted(d for d in glob.glob(os.path.join(folder, "*")) if os.path.isdir(d))
+    found: dict[tuple[str, str], dict[str, float]] = {}
+    for run in runs:
+        for file in sorted(glob.glob(os.path.join(run, "*-*.json"))):
+            with open(file) as f:
+                data = json.load(f)
+            name = os.path.relpath(run, folder)
+            found.setdefault((data["setup"], "" if name == "." else name), {})[data["variant"]] = data["tokens_per_s"]
+    variants = [v for v in ("fuse", "inductor", "eager") if any(v in d for d in found.values())]
+    groups = sorted(found)
+    return report.bars([f"{setup} {run}".strip() for setup, run in groups],
+                       {v: [found[g].get(v) for g in groups] for v in variants}, path, title,
+                       "tokens/s, all processes", fmt="{:,.0f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setups", default=",".join(SETUPS))
@@ -378,7 +401,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="all variants in the same processes, one step of each in turn (paired step times; "
                              "the peaks then include the other variants' models)")
     parser.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    parser.add_argument("--chart-from", default=None, metavar="DIR",
+                        help="run nothing: the chart of the runs saved in DIR (or in its subfolders), to --out")
     args = parser.parse_args(argv)
+    if args.chart_from:
+        os.makedirs(args.out, exist_ok=True)
+        print(chart(args.chart_from, os.path.join(args.out, "distributed.png"), f"{args.model}: {args.chart_from}")
+              or "no chart: no run found, or matplotlib is not installed")
+        return
     results = run(args.setups.split(","), args.variants.split(","), args.size, args.steps, args.model, args.out,
                   args.world, options=Options(args.bucket_mb, args.peak_blocks, args.interleave))
     cuda = torch.cuda.is_available() and args.size == "real"
@@ -388,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
               f"torch {torch.__version__}\n\n")
     with open(os.path.join(args.out, "distributed.md"), "w") as f:
         f.write(header + text + "\n")
+    chart(args.out, os.path.join(args.out, "distributed.png"), header.strip())
     print(header + text)
     if not all(math.isfinite(loss) for r in results for loss in r.losses):
         sys.exit("a loss is not finite")
