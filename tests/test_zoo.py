@@ -340,6 +340,38 @@ def test_chart_from_a_list_gives_each_row_its_file(tmp_path: pathlib.Path) -> No
         run.main(["--chart-from", str(listing)])
 
 
+def test_each_model_in_processes_of_its_own(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--parallel 2 --processes 2``: the model in two child processes at once, each run written
+    as the zoo writes one (``_p1``, ``_p2``), and fuse over Inductor per process."""
+    from benchmarks.zoo import run
+
+    rows = run.main(["--tiny", "--models", "bert", "--mode", "inference", "--parallel", "2", "--processes", "2",
+                     "--repeats", "1", "--out", str(tmp_path)])
+    assert [(r.model, r.mode, r.status) for r in rows] == [("bert", "inference", "ok")]
+    for p in (1, 2):
+        saved = json.loads((tmp_path / f"zoo_tiny_inference_p{p}.json").read_text())
+        assert [(r["model"], r["status"]) for r in saved["rows"]] == [("bert", "ok")]
+        assert saved["environment"]["process"] == p
+        fuse = next(v for v in saved["rows"][0]["variants"] if v["variant"] == "fuse")
+        assert fuse["eager_graphs"] == 0 and fuse["error"] <= OUTPUT_TOL
+        assert (tmp_path / "processes" / f"bert_inference_p{p}" / "log.txt").exists()
+        assert (tmp_path / f"zoo_tiny_inference_p{p}.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| bert | inference | - | - | - |" in capsys.readouterr().out  # no Inductor in a tiny CPU run
+
+
+def test_processes_table_and_arguments() -> None:
+    from benchmarks.zoo import parallel
+
+    assert parallel.child_arguments(["--models", "a,b", "--tiny", "--out=x", "--parallel", "2", "--processes", "3",
+                                     "--train", "--rep-ms", "50", "--mode", "both"]) == ["--tiny", "--rep-ms", "50"]
+    runs = [[_row("gpt2", "inference", 2.0, 4.0), _row("bert", "train", None, 1.0)],
+            [_row("gpt2", "inference", 3.0, 2.0), _row("bert", "train", 1.0, 1.0)]]
+    lines = parallel.table(runs).splitlines()
+    assert lines[0] == "| model | mode | process 1 | process 2 | lowest |"
+    assert lines[2] == "| gpt2 | inference | 0.50x | 1.50x | 0.50x |"
+    assert lines[3] == "| bert | train | - | 1.00x | 1.00x |"
+
+
 def test_relative_error_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     # compared in chunks (the harness's float64 copies of 4 GiB logits would not fit a GPU):
     # the same value as one pass, the largest difference and magnitude in different chunks,

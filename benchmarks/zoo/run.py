@@ -44,6 +44,7 @@ import dataclasses
 import gc
 import os
 import statistics
+import sys
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -54,7 +55,7 @@ import fusebackend
 from fusebackend.kernels import autotune
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
-from benchmarks.zoo import audit, chart, report
+from benchmarks.zoo import audit, chart, parallel, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
 from benchmarks.zoo.measure import StepProfile, host_time, peak_memory, profile_step
 from benchmarks.zoo.registry import TRAIN_REAL, ZOO
@@ -415,6 +416,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-timing", action="store_true",
                         help="check results only; measure and report no times (for runs that share a GPU)")
     parser.add_argument("--repeats", type=int, default=3, help="CPU: timed calls per variant (median)")
+    parser.add_argument("--parallel", type=int, default=None, metavar="N",
+                        help="run each model and mode in a process of its own, N at a time, each with a GPU of its "
+                             "own where there are N (default with --processes: one per GPU, else 1); zoo/parallel.py")
+    parser.add_argument("--processes", type=int, default=1, metavar="K",
+                        help="with --parallel: run each model and mode in K processes, written as K runs "
+                             "(<name>_p1.json ...), and give fuse over Inductor in each and the lowest")
 
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -516,6 +523,31 @@ def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: st
     print("\nno chart: no speedup was measured" if path is None else f"\nchart: {path}")
 
 
+def _in_processes(args: argparse.Namespace, items: list[tuple[str, str]], options: RunOptions, env: dict[str, Any],
+                  out: str, name: str, argv: list[str]) -> list[ZooRow]:
+    """``--parallel`` / ``--processes``: each model and mode in processes of its own
+    (``parallel.py``); each process number's rows written as one run; the first run's rows returned."""
+    if args.cache_dir:
+        raise SystemExit("--cache-dir with --parallel: processes at once would share the cache folders")
+    gpus = torch.cuda.device_count() if options.device.type == "cuda" else 0
+    workers = args.parallel or max(1, gpus)
+    if gpus and workers > gpus:
+        print(f"zoo: {workers} processes at a time on {gpus} GPU(s): some share a GPU, and time each other's work",
+              flush=True)
+    runs = parallel.run(items, parallel.child_arguments(argv), workers, max(1, args.processes), out, gpus)
+    for p, rows in enumerate(runs, 1):
+        paths = report.write(rows, dict(env, process=p), out, f"{name}_p{p}")
+        if p > 1:  # the first's is drawn below, with its table
+            try:
+                paths += [c for c in [chart.render(rows, env, os.path.join(out, f"{name}_p{p}.png"))] if c]
+            except ImportError:
+                pass
+        print(f"process {p}: wrote {', '.join(paths)}")
+    print_results(runs[0], env, out, f"{name}_p1")
+    print("\nfuse over Inductor in each process:\n" + parallel.table(runs))
+    return runs[0]
+
+
 def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     from tqdm import tqdm
 
@@ -547,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     if mode == "both" and args.models and "train" not in modes:
         print(f"zoo: no training step: none of the models is in TRAIN_REAL ({', '.join(TRAIN_REAL)}); "
               "--mode train trains any", flush=True)
+    if args.parallel is not None or args.processes > 1:
+        return _in_processes(args, items, options, env, out, name, sys.argv[1:] if argv is None else list(argv))
     rows: list[ZooRow] = []
     paths: list[str] = []
     if args.cache_dir:

@@ -1,0 +1,113 @@
+"""The zoo in several processes at once, and each model in several processes.
+
+``python -m benchmarks.zoo --parallel N --processes K`` runs every (model, mode) of the run ``K``
+times, each time in a process of its own, ``N`` processes at a time. On a machine with GPUs each
+of the ``N`` slots has a GPU of its own (``CUDA_VISIBLE_DEVICES``), as long as there are as many
+GPUs as slots; a model's processes take the queue in turn, so that its ``K`` runs fall on other
+GPUs and at other times. Each child is the zoo's own command for one model and mode, with fresh
+cache folders of its own, writing under ``<out>/processes/``.
+
+At the end the rows of the ``k``-th process of every model are one run, written as the zoo
+writes one (``<name>_p<k>.json``, ``.md``, ``.png``), and a table gives fuse over Inductor per
+model in each process and the lowest of them: a model is as fast as its slowest process says
+(a host shared by several processes moves host-bound steps by up to a third between them).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+from benchmarks.zoo import report
+from benchmarks.zoo.rows import ZooRow
+
+
+def child_arguments(argv: Sequence[str]) -> list[str]:
+    """The options a child takes from the parent's command line: all but those that choose the
+    models, the output and the processes."""
+    skip = {"--models", "--mode", "--out", "--parallel", "--processes"}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in skip:
+            i += 1 if "=" in arg else 2
+            continue
+        if name == "--train":
+            i += 1
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def run(items: Sequence[tuple[str, str]], passed: Sequence[str], workers: int, processes: int, out: str,
+        gpus: int, log: Callable[[str], None] = print) -> list[list[ZooRow]]:
+    """Each of ``items`` ``processes`` times, ``workers`` children at once (slot ``i`` on GPU ``i``
+    where there are ``gpus``); the rows of each process number, in the order of ``items``."""
+    jobs = [(p, model, mode) for p in range(1, processes + 1) for model, mode in items]
+    queue = list(jobs)
+    lock = threading.Lock()
+    folders: dict[tuple[int, str, str], str] = {}
+    start = time.perf_counter()
+
+    def worker(slot: int) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                p, model, mode = queue.pop(0)
+            folder = os.path.join(out, "processes", f"{model}_{mode}_p{p}")
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            if gpus:
+                env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+            cmd = [sys.executable, "-m", "benchmarks.zoo", "--models", model, "--mode", mode, "--out", folder, *passed]
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "log.txt"), "w") as stream:
+                code = subprocess.run(cmd, env=env, stdout=stream, stderr=subprocess.STDOUT).returncode
+            with lock:
+                folders[(p, model, mode)] = folder
+                where = f" on GPU {slot % gpus}" if gpus else ""
+                log(f"[{time.perf_counter() - start:6.0f} s] {model} ({mode}), process {p}{where}: "
+                    + ("done" if code == 0 else f"exit {code}, see {folder}/log.txt"))
+
+    threads = [threading.Thread(target=worker, args=(slot,)) for slot in range(max(1, workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    runs: list[list[ZooRow]] = []
+    for p in range(1, processes + 1):
+        rows: list[ZooRow] = []
+        for model, mode in items:
+            folder = folders[(p, model, mode)]
+            found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".json")]
+            if not found:
+                rows.append(ZooRow(model, mode, status="ERROR", message=f"no results: see {folder}/log.txt"))
+                continue
+            saved, _ = report.load(found, log=lambda _: None)
+            rows += saved or [ZooRow(model, mode, status="ERROR", message=f"no row: see {folder}/log.txt")]
+        runs.append(rows)
+    return runs
+
+
+def table(runs: Sequence[Sequence[ZooRow]]) -> str:
+    """fuse over Inductor (their median times) per model and mode in each process, and the lowest."""
+    head = ["model", "mode"] + [f"process {p}" for p in range(1, len(runs) + 1)] + ["lowest"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rows in zip(*runs):
+        ratios = []
+        for row in rows:
+            i, f = row.inductor, row.fuse
+            ok = row.status == "ok" and i is not None and f is not None and i.median_ms and f.median_ms
+            ratios.append(i.median_ms / f.median_ms if ok else None)  # type: ignore[union-attr,operator]
+        cells = ["-" if r is None else f"{r:.2f}x" for r in ratios]
+        known = [r for r in ratios if r is not None]
+        lines.append(f"| {rows[0].model} | {rows[0].mode} | " + " | ".join(cells)
+                     + f" | {f'{min(known):.2f}x' if known else '-'} |")
+    return "\n".join(lines)
