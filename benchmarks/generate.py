@@ -349,8 +349,7 @@ def chart(data: dict[str, Any], path: str) -> str | None:
 
     rows = data["rows"]
     groups = list(dict.fromkeys((r["model"], r["way"], r["batch"]) for r in rows))
-    backends = sorted(dict.fromkeys(r["backend"] for r in rows), key=lambda b: ("fuse", "inductor", "eager").index(b)
-                      if b in ("fuse", "inductor", "eager") else 3)
+    backends = [b for b in ("fuse", "inductor", "eager") if any(r["backend"] == b for r in rows)]
     series = {b: [next((r["tokens_per_s"] for r in rows if (r["model"], r["way"], r["batch"]) == g and r["backend"] == b),
                        None) for g in groups] for b in backends}
     info = data.get("info", {})

@@ -92,9 +92,9 @@ def fuse_timers(timers: Timers) -> Iterator[None]:
     Set before the model is compiled: wrappers bind their allocators and entries when compiled.
     """
     from fusebackend import backend
-    from fusebackend.kernels import runtime
+    from fusebackend.kernels import runtime, wrapper_calls
 
-    original_allocators = runtime.allocators
+    original_allocators = wrapper_calls.allocators
 
     def allocators(device: torch.device) -> tuple[Any, Any]:
         fast, general = original_allocators(device)
@@ -106,7 +106,7 @@ def fuse_timers(timers: Timers) -> Iterator[None]:
         original_entry_init(self, timers.wrap("wrapper_total", call), proven)
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(runtime, "allocators", allocators))
+        stack.enter_context(patched(wrapper_calls, "allocators", allocators))
         stack.enter_context(patched(backend._Entry, "__init__", entry_init))
         stack.enter_context(patched(runtime.Launcher, "__call__",
                                     timers.wrap("launch", runtime.Launcher.__call__)))

@@ -1,4 +1,4 @@
-"""ATen calls the wrapper makes through PyTorch's Python bindings (``runtime.aten_call``): each
+"""ATen calls the wrapper makes through PyTorch's Python bindings (``wrapper_calls.aten_call``): each
 binding computes what its OpOverload computes, and other ops keep the OpOverload."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from fusebackend.kernels import runtime
+from fusebackend.kernels import wrapper_calls
 
 
 def _binding_cases(device: str) -> dict[str, tuple[tuple[Any, ...], dict[str, Any]]]:
@@ -30,16 +30,16 @@ def _binding_cases(device: str) -> dict[str, tuple[tuple[Any, ...], dict[str, An
 
 
 def test_every_python_binding_has_a_case() -> None:
-    assert set(_binding_cases("cpu")) == set(runtime.PYTHON_BINDINGS)
+    assert set(_binding_cases("cpu")) == set(wrapper_calls.PYTHON_BINDINGS)
 
 
-@pytest.mark.parametrize("name", runtime.PYTHON_BINDINGS)
+@pytest.mark.parametrize("name", wrapper_calls.PYTHON_BINDINGS)
 def test_python_bindings_compute_what_their_overloads_do(name: str) -> None:
     """Each op the wrapper calls through its Python binding gives what the OpOverload gives for
     the same arguments, positional and keyword: values on the CPU where it runs there, else
     sizes, strides and dtypes on the meta device."""
     op = getattr(torch.ops.aten, name).default
-    call = runtime.aten_call(op)
+    call = wrapper_calls.aten_call(op)
     if getattr(torch._C._VariableFunctions, name, None) is None:
         assert call is op  # this torch has no binding: the OpOverload
         return
@@ -63,7 +63,7 @@ def test_other_ops_and_overloads_keep_the_opoverload() -> None:
     aten = torch.ops.aten
     for op in (aten.convolution_backward.default, aten.mm.out, aten.sort.default, aten.addmm.dtype,
                aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_cudnn_attention.default):
-        assert runtime.aten_call(op) is op
+        assert wrapper_calls.aten_call(op) is op
     # why not these two: the binding returns the SymInt results (the longest sequences) as tensors
     q = torch.empty(1, 1, 4, 8, device="meta")
     binding = torch._C._VariableFunctions._scaled_dot_product_flash_attention

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusebackend
-from fusebackend.kernels import runtime
+from fusebackend.kernels import wrapper_calls
 from helpers import assert_same, compile_fn, kernel_count
 
 
@@ -26,7 +26,7 @@ from helpers import assert_same, compile_fn, kernel_count
 def layout_copies(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Extern results that came back in another layout than declared (and were copied)."""
     copies: list[str] = []
-    original = runtime.expect_layout
+    original = wrapper_calls.expect_layout
 
     def counting(t: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
         out = original(t, size, stride)
@@ -34,7 +34,7 @@ def layout_copies(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             copies.append(f"{tuple(t.stride())} -> {tuple(stride)}")
         return out
 
-    monkeypatch.setattr(runtime, "expect_layout", counting)
+    monkeypatch.setattr(wrapper_calls, "expect_layout", counting)
     yield copies
 
 
@@ -234,8 +234,8 @@ def test_auto_converts_only_where_convolutions_are_a_real_part_of_the_graph() ->
 
 def test_extern_results_differing_only_in_size_one_strides_are_not_copied() -> None:
     t = torch.randn(4, 6, 1, 1)  # contiguous: strides (6, 1, 1, 1)
-    assert runtime.expect_layout(t, (4, 6, 1, 1), (6, 1, 6, 6)) is t  # channels-last strides
-    moved = runtime.expect_layout(t.as_strided((4, 6), (1, 4)), (4, 6), (6, 1))
+    assert wrapper_calls.expect_layout(t, (4, 6, 1, 1), (6, 1, 6, 6)) is t  # channels-last strides
+    moved = wrapper_calls.expect_layout(t.as_strided((4, 6), (1, 4)), (4, 6), (6, 1))
     assert moved.stride() == (6, 1)
     assert_same(moved, t.as_strided((4, 6), (1, 4)))
 

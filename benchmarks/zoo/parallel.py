@@ -15,15 +15,45 @@ model in each process and the lowest of them: a model is as fast as its slowest 
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from benchmarks.zoo import report
+import torch
+
+from benchmarks.zoo import chart, report
 from benchmarks.zoo.rows import ZooRow
+
+
+def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.device, env: dict[str, Any],
+         out: str, name: str, argv: list[str],
+         finish: Callable[[list[ZooRow], dict[str, Any], str, str], None]) -> list[ZooRow]:
+    """The runner's ``--parallel`` / ``--processes``: ``run``, each process number's rows written as
+    one run (``finish``, the runner's end of a run, for the first: its table and chart), and the
+    table of fuse over Inductor per process. The first run's rows are returned."""
+    if args.cache_dir:
+        raise SystemExit("--cache-dir with --parallel: processes at once would share the cache folders")
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    workers = args.parallel or max(1, gpus)
+    if gpus and workers > gpus:
+        print(f"zoo: {workers} processes at a time on {gpus} GPU(s): some share a GPU, and time each other's work",
+              flush=True)
+    runs = run(items, child_arguments(argv), workers, max(1, args.processes), out, gpus)
+    for p, rows in enumerate(runs, 1):
+        paths = report.write(rows, dict(env, process=p), out, f"{name}_p{p}")
+        if p > 1:  # the first's is drawn by finish, with its table
+            try:
+                paths += [c for c in [chart.render(rows, env, os.path.join(out, f"{name}_p{p}.png"))] if c]
+            except ImportError:
+                pass
+        print(f"process {p}: wrote {', '.join(paths)}")
+    finish(runs[0], env, out, f"{name}_p1")
+    print("\nfuse over Inductor in each process:\n" + table(runs))
+    return runs[0]
 
 
 def child_arguments(argv: Sequence[str]) -> list[str]:

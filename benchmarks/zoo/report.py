@@ -67,15 +67,18 @@ def stem(size: str, modes: Sequence[str]) -> str:
     return "zoo" + ("_tiny" if size == "tiny" else "") + only
 
 
+def _time(v: VariantStats | None) -> str:
+    """A variant's median ms, ``ERROR`` where it failed, ``-`` where it was not timed."""
+    if v is None or (v.status != "error" and v.median_ms is None):
+        return "-"
+    return "ERROR" if v.status == "error" else f"{v.median_ms:.4g}"
+
+
 def _ms(v: VariantStats | None) -> str:
-    if v is None:
-        return "-"
-    if v.status == "error":
-        return "ERROR"
-    if v.median_ms is None:
-        return "-"
-    speed = f" ({speed_text(v.speedup)}x)" if v.speedup is not None and v.variant != "eager" else ""
-    return f"{v.median_ms:.4g}{speed}"
+    """``_time``, with the speedup over eager of a compiled variant."""
+    speed = (f" ({speed_text(v.speedup)}x)" if v is not None and v.status != "error" and v.median_ms is not None
+             and v.speedup is not None and v.variant != "eager" else "")
+    return _time(v) + speed
 
 
 def speed_text(x: float) -> str:
@@ -525,11 +528,21 @@ def sources_table(rows: Sequence[ZooRow], sources: dict[tuple[str, str], str], r
             continue
         i, f = r.inductor, r.fuse
         ratio = "-" if i is None or f is None or not i.median_ms or not f.median_ms else f"{i.median_ms / f.median_ms:.2f}x"
-        lines.append(f"| {r.model} | {r.mode} | {r.shapes} | {_ms(r.eager).split(' ')[0]} | {_ms(i).split(' ')[0]} | "
-                     f"{_ms(f).split(' ')[0]} | {ratio} | {_each(r, lambda v: v.peak_mib, '.0f')} | {file} |")
+        times = " | ".join(_time(r.get(name)) for name in ("eager", "inductor", "fuse"))
+        lines.append(f"| {r.model} | {r.mode} | {r.shapes} | {times} | {ratio} | "
+                     f"{_each(r, lambda v: v.peak_mib, '.0f')} | {file} |")
     fuse, inductor = speedups(rows, "fuse"), speedups(rows, "inductor")
     both = [r for r in rows if r.status == "ok" and r.inductor and r.fuse and r.inductor.median_ms and r.fuse.median_ms]
     ratio = geomean(r.inductor.median_ms / r.fuse.median_ms for r in both)
     lines += ["", f"{len(rows)} rows; geometric mean over eager: fuse {geomean(fuse) or 0:.2f}x, Inductor "
               f"{geomean(inductor) or 0:.2f}x; fuse / Inductor {ratio or 0:.2f}x over the {len(both)} rows both timed."]
     return "\n".join(lines) + "\n"
+
+
+def listed(path: str) -> list[str]:
+    """The JSON files a ``.txt`` list names, one a line (``#`` starts a comment), relative to the
+    list's folder: the zoo's current figures are such a list, oldest runs first."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(path) as f:
+        names = [line.split("#", 1)[0].strip() for line in f]
+    return [os.path.join(folder, n) for n in names if n]

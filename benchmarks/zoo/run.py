@@ -469,22 +469,13 @@ def select(names: str, mode: str) -> list[tuple[str, str]]:
     return items
 
 
-def _listed(path: str) -> list[str]:
-    """The JSON files a ``.txt`` list names, one a line (``#`` starts a comment), relative to the
-    list's folder: the zoo's current figures are such a list, oldest runs first."""
-    folder = os.path.dirname(os.path.abspath(path))
-    with open(path) as f:
-        names = [line.split("#", 1)[0].strip() for line in f]
-    return [os.path.join(folder, n) for n in names if n]
-
-
 def chart_from(paths: str, out: str | None) -> list[ZooRow]:
     """``--chart-from``: the table, summary and chart of saved results, nothing run. A ``.txt``
-    path is a list of JSON files (``_listed``); from several files, a model and mode keeps the
+    path is a list of JSON files (``report.listed``); from several files, a model and mode keeps the
     last file's row, and ``<stem>_sources.md`` beside the chart gives each row with its file and
     code (``report.sources_table``)."""
     files = [f for p in paths.split(",") if p.strip()
-             for f in (_listed(p.strip()) if p.strip().endswith(".txt") else [p.strip()])]
+             for f in (report.listed(p.strip()) if p.strip().endswith(".txt") else [p.strip()])]
     missing = [p for p in files if not os.path.isfile(p)]
     if not files or missing:
         raise SystemExit(f"--chart-from: no such file: {', '.join(missing) or paths!r}")
@@ -523,31 +514,6 @@ def print_results(rows: list[ZooRow], env: dict[str, Any], folder: str, name: st
     print("\nno chart: no speedup was measured" if path is None else f"\nchart: {path}")
 
 
-def _in_processes(args: argparse.Namespace, items: list[tuple[str, str]], options: RunOptions, env: dict[str, Any],
-                  out: str, name: str, argv: list[str]) -> list[ZooRow]:
-    """``--parallel`` / ``--processes``: each model and mode in processes of its own
-    (``parallel.py``); each process number's rows written as one run; the first run's rows returned."""
-    if args.cache_dir:
-        raise SystemExit("--cache-dir with --parallel: processes at once would share the cache folders")
-    gpus = torch.cuda.device_count() if options.device.type == "cuda" else 0
-    workers = args.parallel or max(1, gpus)
-    if gpus and workers > gpus:
-        print(f"zoo: {workers} processes at a time on {gpus} GPU(s): some share a GPU, and time each other's work",
-              flush=True)
-    runs = parallel.run(items, parallel.child_arguments(argv), workers, max(1, args.processes), out, gpus)
-    for p, rows in enumerate(runs, 1):
-        paths = report.write(rows, dict(env, process=p), out, f"{name}_p{p}")
-        if p > 1:  # the first's is drawn below, with its table
-            try:
-                paths += [c for c in [chart.render(rows, env, os.path.join(out, f"{name}_p{p}.png"))] if c]
-            except ImportError:
-                pass
-        print(f"process {p}: wrote {', '.join(paths)}")
-    print_results(runs[0], env, out, f"{name}_p1")
-    print("\nfuse over Inductor in each process:\n" + parallel.table(runs))
-    return runs[0]
-
-
 def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     from tqdm import tqdm
 
@@ -580,7 +546,8 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
         print(f"zoo: no training step: none of the models is in TRAIN_REAL ({', '.join(TRAIN_REAL)}); "
               "--mode train trains any", flush=True)
     if args.parallel is not None or args.processes > 1:
-        return _in_processes(args, items, options, env, out, name, sys.argv[1:] if argv is None else list(argv))
+        argv = sys.argv[1:] if argv is None else list(argv)
+        return parallel.main(args, items, options.device, env, out, name, argv, print_results)
     rows: list[ZooRow] = []
     paths: list[str] = []
     if args.cache_dir:

@@ -226,10 +226,10 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
         if node.name in stored and is_row_value(node, space) and not isinstance(node, ir.Reduction):
             store(node, body.value(node.body, space.mapping[node.name]), ROW)
 
-    if chosen is None and not lay.column and _reads_across_rows(body):
+    if chosen is None and not lay.column:  # the config first: most kernels' is the same either way
         wider = runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
                                          across_rows=True)
-        if wider != launch:
+        if wider != launch and _reads_across_rows(body):
             return _generate_reduction(plan, index, pdl, wider, asked, suffix)
 
     name = kernel_name(plan, index) + suffix

@@ -137,13 +137,14 @@ def generate_wrapper(
     w.line(f"# fusebackend wrapper for graph {graph.name}")
     w.line(f"# {plan.summary()}")
     w.line("import torch")
-    w.line("from fusebackend.kernels.runtime import allocators, aten_call, current_stream, expect_layout, on_device, view")
+    w.line("from fusebackend.kernels.runtime import current_stream")
+    w.line("from fusebackend.kernels.wrapper_calls import allocators, aten_call, expect_layout, on_device, view")
     w.line("")
     w.line(f"device = torch.device({str(graph.device)!r})")
     w.line("empty_fast, empty_any = allocators(device)  # (size, stride, dtype) -> tensor")
     ops = sorted({str(step.node.op) for step in steps if isinstance(step, ExternCall)})
     if ops:
-        w.line("# the ATen calls: Python bindings where they take the schema's arguments (runtime.aten_call)")
+        w.line("# the ATen calls: Python bindings where they take the schema's arguments (wrapper_calls.aten_call)")
     for op in ops:
         w.line(f"{_op_alias(op)} = aten_call(torch.ops.{op})")
     w.line("")
@@ -227,7 +228,7 @@ def _extern(w: LineWriter, node: ir.Extern, constants: dict[str, Any], used: set
 
 def _expect_layout(w: LineWriter, buf: ir.Buffer) -> None:
     """An ATen result in the layout its meta function promised: the strides compared here (a
-    tuple comparison, the common case), ``runtime.expect_layout`` only where they differ."""
+    tuple comparison, the common case), ``wrapper_calls.expect_layout`` only where they differ."""
     w.line(f"if {buf.name}.stride() != {_ints(buf.strides)}:")
     with w.indent():
         w.line(f"{buf.name} = expect_layout({buf.name}, {_ints(buf.sizes)}, {_ints(buf.strides)})")

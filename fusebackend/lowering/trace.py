@@ -49,7 +49,7 @@ def inputs_as_traced(vals: list[Any], args: Any, kwargs: Any) -> bool:
     the cuDNN attention's output follows the query's layout, and Qwen2's queries, written
     [B, H, S, D] by the rotary kernel where the trace had them [B, S, H, D], came back from cuDNN
     [B, H, S, D]; declared [B, S, H, D] as traced, each of the 24 layers' results was copied
-    again (``runtime.expect_layout``)."""
+    again (``wrapper_calls.expect_layout``)."""
     ours = [a.meta for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorArg)]
     traced = [v for v in vals if isinstance(v, torch.Tensor)]
     return len(ours) == len(traced) and all(
