@@ -162,3 +162,24 @@ def run_together(commands: Sequence[tuple[list[str], dict[str, str]]], cwd: Any,
                 proc.kill()
                 proc.communicate()
     return done
+
+
+def without_tails(source: str) -> str:
+    """A kernel's source without the last, partial block of each looped pass (the masked copy of
+    the pass's body after its unmasked loop: ``codegen.reduction.TAIL_COMMENT``), so that counts
+    of loads and stores are per step of a pass."""
+    from fusebackend.codegen.reduction import TAIL_COMMENT
+
+    out: list[str] = []
+    tail_indent: int | None = None
+    for line in source.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if tail_indent is not None and (indent > tail_indent or not line.strip()):
+            continue
+        tail_indent = None
+        if TAIL_COMMENT in line:
+            tail_indent = indent
+            continue
+        out.append(line)
+    return "\n".join(out)
+

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import fusebackend
 from fusebackend.kernels import runtime
-from helpers import check, kernels
+from helpers import check, kernels, without_tails
 
 bf16 = torch.bfloat16
 
@@ -106,6 +106,7 @@ def test_looped_kernel_keeps_rows_for_its_next_pass() -> None:
 
     check(rms, torch.randn(2, 20000), torch.randn(20000))
     (source,) = kernels().values()
+    source = without_tails(source)  # each pass's row's last, partial block: the same loads, masked
     assert source.count("for roffset in range(") == 2
     loads = _loads(source)
     x_loads = [l for l in loads if "20000*xindex" in l]
@@ -116,15 +117,19 @@ def test_looped_kernel_keeps_rows_for_its_next_pass() -> None:
 
 
 def _loop_bodies(source: str) -> list[str]:
-    """The text of each ``for roffset`` loop of a kernel, in order."""
-    parts = source.split("for roffset in range(")[1:]
+    """The text of each ``for roffset`` loop of a kernel over a pass's whole blocks, in order
+    (the loop over the row's last, partial block, the same body masked, left out)."""
+    parts = without_tails(source).split("for roffset in range(")[1:]
     return [p.split("\n    tmp")[0] if "\n    tmp" in p else p for p in parts]
 
 
-def test_prologue_output_is_written_by_the_first_pass() -> None:
+def test_prologue_output_is_written_by_the_first_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     # x + r is stored and summed: it needs no reduction, so the pass that sums the rows writes it
     # too, instead of a second pass that reads x and r again. Rows of 20000 loop in the
-    # interpreter's config, in blocks that do not tile them (masked).
+    # interpreter's config, in blocks that do not tile them: the whole block unmasked, then the
+    # row's last, partial block masked (a tail from one whole block, here)
+    monkeypatch.setattr(runtime, "TAIL_BLOCKS", 1)
+
     def fn(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = x + r
         return h, h.sum(-1)
@@ -132,8 +137,9 @@ def test_prologue_output_is_written_by_the_first_pass() -> None:
     check(fn, torch.randn(3, 20000), torch.randn(3, 20000), atol=1e-3, rtol=1e-4)
     (source,) = kernels().values()
     (loop,) = _loop_bodies(source)
-    assert loop.count("tl.store(") == 1 and "rmask" in loop
-    loads = _loads(source)
+    assert loop.count("tl.store(") == 1 and "rmask" not in loop  # whole blocks
+    assert "rmask" in source  # and the row's last, partial block
+    loads = _loads(without_tails(source))
     assert len(loads) == 2 and all("evict_first" in l for l in loads)  # each row read once
 
 
@@ -158,8 +164,8 @@ def test_column_sum_with_a_full_size_output_reads_once(monkeypatch: pytest.Monke
     original = runtime.reduction_config
 
     def small_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-                     across_rows: bool = False) -> dict[str, int]:
-        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": 64}
+                     across_rows: bool = False, **kw: Any) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw), "RBLOCK": 64}
 
     monkeypatch.setattr(runtime, "reduction_config", small_blocks)
 
@@ -185,9 +191,9 @@ def test_config_is_told_how_many_passes_a_looped_kernel_makes(monkeypatch: pytes
     original = runtime.reduction_config
 
     def record(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-               across_rows: bool = False) -> dict[str, int]:
+               across_rows: bool = False, **kw: Any) -> dict[str, int]:
         seen.append(passes)  # (each call; the codegen asks again with across_rows, for the same passes)
-        return original(xnumel, rnumel, row_contiguous, passes, across_rows)
+        return original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw)
 
     monkeypatch.setattr(runtime, "reduction_config", record)
     check(fn, torch.randn(6, 40))
@@ -239,6 +245,45 @@ def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg(2048, 256, False, 1) == {"XBLOCK": 32, "RBLOCK": 256, "num_warps": 8}
     assert cfg(8192, 8, False, 1) == {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4}
     assert cfg(65536, 1024, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
+
+
+def test_gpu_looped_rows_read_again_fit_l2(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a looped kernel that reads its rows again (passes >= 2) takes the fewest warps whose rows
+    # in flight fit the L2 (an H100's: 132 SMs, 50 MiB); rows read once keep blocks of 4096
+    monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
+    monkeypatch.setattr(runtime, "_gpu_shape", lambda: (132, 50 << 20))
+    cfg = runtime.reduction_config
+    assert cfg(2048, 12544, True, 3, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4}
+    assert cfg(2048, 25088, True, 3, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+    assert cfg(2048, 50176, True, 3, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    assert cfg(2048, 12544, True, 3, row_bytes=4) == {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+    assert cfg(2048, 12544, True, 1, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    assert cfg(2048, 12544, True, 3) == {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}  # bytes not known
+
+
+def test_gpu_group_norm_kernel_takes_blocks_whose_rows_fit_l2(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GroupNorm(32) of 512 channels of 28x28, bf16: rows of 12544 read three times (the mean, the
+    # variance, the output), 2 bytes a position: blocks of 1024 by 4 warps, twelve of them whole
+    # (unmasked) and a masked tail
+    from test_fusion_reductions import compile_only
+
+    original = runtime.reduction_config
+
+    def cfg(*args: Any, **kwargs: Any) -> dict[str, int]:  # the GPU's, where the kernels are only generated
+        with monkeypatch.context() as gpu:
+            gpu.setattr(runtime, "use_interpreter", lambda: False)
+            gpu.setattr(runtime, "_gpu_shape", lambda: (132, 50 << 20))
+            return original(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "reduction_config", cfg)
+    w, b = torch.randn(512, dtype=bf16), torch.randn(512, dtype=bf16)
+    art = compile_only(lambda x: F.silu(F.group_norm(x, 32, w, b)), torch.randn(64, 512, 28, 28, dtype=bf16))
+    assert art.kernel_count == 1, art.schedule
+    launches = [line for line in art.wrapper.splitlines() if "# grid" in line]
+    assert len(launches) == 1 and "XBLOCK=1, RBLOCK=1024, num_warps=4" in launches[0], art.wrapper
+    (src,) = art.kernels.values()
+    assert src.count("for roffset in range(0, rnumel - RBLOCK + 1, RBLOCK):") == 3, src
+    assert src.count("for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK):") == 3, src
 
 
 def _position_scores(scores: torch.Tensor, c2p: torch.Tensor, p2c: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -371,8 +416,8 @@ def _gpu_column_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runtime.reduction_config
 
     def gpu_blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-                   across_rows: bool = False) -> dict[str, int]:
-        config = original(xnumel, rnumel, row_contiguous, passes, across_rows)
+                   across_rows: bool = False, **kw: Any) -> dict[str, int]:
+        config = original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw)
         return {**config, "XBLOCK": 64, "RBLOCK": 16} if not row_contiguous and xnumel > 64 else config
 
     monkeypatch.setattr(runtime, "reduction_config", gpu_blocks)
@@ -400,7 +445,7 @@ def test_window_loads_of_a_column_sum_are_hinted_along_the_channels(monkeypatch:
     x = torch.randn(2, 64, 33, 33).to(memory_format=torch.channels_last)
     check(lambda x: F.interpolate(x, scale_factor=2.0, mode="nearest").sum((0, 2, 3)), x, atol=1e-3, rtol=1e-4)
     phase1 = next(src for src in kernels().values() if "split, phase 1" in src)
-    (load,) = _loads(phase1)
+    (load,) = _loads(without_tails(phase1))
     assert "tl.max_contiguous(" in load and "[1, 64]), [1, 64]), [1, 1]))" in load, load
 
 
@@ -420,7 +465,7 @@ def test_group_norm_over_channels_last_reads_its_rows_in_memory_order(groups: in
     assert reductions
     for src in reductions:
         for load in _loads(src):
-            if "rindex" not in load:
+            if "280*" not in load:  # the weight and the bias, per channel
                 continue
             if groups == 1:
                 assert "rindex + 280*xindex" in load and "rindex //" not in load and "rindex %" not in load, load
@@ -455,5 +500,5 @@ def test_a_reduction_over_a_copy_reads_in_the_copied_tensors_memory_order() -> N
     w, b = torch.randn(8, dtype=bf16), torch.randn(8, dtype=bf16)
     check(lambda x: F.silu(F.group_norm(x.contiguous().float(), 1, w.float(), b.float())), x)
     (reduction,) = [src for src in kernels().values() if "tl.reduce(" in src or "tl.sum(" in src]
-    loads = [load for load in _loads(reduction) if "rindex" in load]
+    loads = [load for load in _loads(reduction) if "280*" in load]  # the activations, not w and b
     assert loads and all("rindex + 280*xindex" in load for load in loads), loads

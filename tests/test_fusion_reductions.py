@@ -22,17 +22,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import fusebackend
 from fusebackend import decompositions, pipeline
 from fusebackend.kernels import runtime
-from helpers import FULL, check, compile_fn, kernel_count, kernels, run_together
+from helpers import FULL, check, compile_fn, kernel_count, kernels, run_together, without_tails
 
 f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
 
 
 def loads(source: str) -> int:
-    return source.count("tl.load(")
+    return without_tails(source).count("tl.load(")
 
 
 def stores(source: str) -> int:
-    return source.count("tl.store(")
+    return without_tails(source).count("tl.store(")
 
 
 def only_kernel() -> str:
@@ -92,12 +92,20 @@ def test_softmax_looped_one_row_is_one_kernel() -> None:
     assert stores(src) == 1
 
 
-def test_softmax_looped_32_rows_of_20000_is_one_looped_kernel() -> None:
+@pytest.mark.parametrize("tail", [False, True], ids=["masked", "tail"])
+def test_softmax_looped_32_rows_of_20000_is_one_looped_kernel(monkeypatch: pytest.MonkeyPatch, tail: bool) -> None:
+    # the max, the sum, then the normalized output. A row of at least runtime.TAIL_BLOCKS whole
+    # blocks (here 1: the interpreter's blocks of 16384) runs each pass's whole blocks unmasked,
+    # then the row's last, partial block masked; a shorter one masks every block.
+    monkeypatch.setattr(runtime, "TAIL_BLOCKS", 1 if tail else 8)
     art = compile_only(lambda x: torch.softmax(x, -1), torch.randn(32, 20_000))
     assert art.kernel_count == 1, art.schedule
     src = next(iter(art.kernels.values()))
-    assert "for roffset in range" in src
-    assert src.count("for roffset in range") == 3  # the max, the sum, then the normalized output
+    whole = "for roffset in range(0, rnumel - RBLOCK + 1, RBLOCK)" if tail else "for roffset in range(0, rnumel, RBLOCK)"
+    assert without_tails(src).count("for roffset in range(") == 3 and src.count(whole) == 3, src
+    assert src.count("for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK)") == (3 if tail else 0), src
+    main = without_tails(src)
+    assert ("rmask" in main) != tail, src  # whole blocks unmasked, where the tail takes the rest
     assert stores(src) == 1
     assert "split" not in src  # rows under 64K elements: no split
 
@@ -108,6 +116,43 @@ def test_layer_norm_of_residual_add_is_one_kernel(dtype: torch.dtype) -> None:
     src = one_kernel(lambda x, r, w, b: F.layer_norm(x + r, (64,), w, b, 1e-5), x, r, w, b)
     assert loads(src) == 4, src  # x, r, w, b: each once
     assert stores(src) == 1, src
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+@pytest.mark.parametrize("shape, groups", [((4, 32, 6, 5), 8), ((3, 12, 7, 9), 3), ((2, 6, 33, 65), 3)],
+                         ids=["4x32x6x5-g8", "3x12x7x9-g3", "2x6x33x65-g3"])
+def test_group_norm_and_silu_over_nchw_is_one_kernel(dtype: torch.dtype, shape: tuple[int, ...], groups: int) -> None:
+    # The statistics per (sample, group), then the output, which scales each element by a value
+    # per (sample, channel): the group's rstd times the channel's weight. That value, between a
+    # row value and a full one, is evaluated at each position (inlined), so the output pass joins
+    # the reduction's kernel: the activations read once from memory and written once
+    # (before: a second kernel read them again).
+    w, b = torch.randn(shape[1]).to(dtype), torch.randn(shape[1]).to(dtype)
+    x = (torch.randn(shape) * 2 + 1).to(dtype)
+    src = one_kernel(lambda x: F.silu(F.group_norm(x, groups, w, b, 1e-5)), x)
+    assert stores(src) == 1, src  # the output only: no scale per (sample, channel) in memory
+    assert "rindex //" in src, src  # the channel of each position, for the weight and the bias
+
+
+def test_group_norm_over_a_strided_input_is_one_kernel() -> None:
+    x = torch.randn(2, 8, 10, 22)[:, :, :, ::2]  # not contiguous
+    w, b = torch.randn(8), torch.randn(8)
+    one_kernel(lambda x: F.group_norm(x, 4, w, b), x)
+
+
+def test_a_value_per_channel_that_is_returned_keeps_its_own_kernel() -> None:
+    # the per-(sample, channel) scale returned as well must be stored, and a reduction's kernel has
+    # no space of that size: it is a kernel apart, and both outputs match eager
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n, c = x.shape[:2]
+        rows = x.reshape(n, 2, -1)
+        rstd = torch.rsqrt(rows.var(-1, unbiased=False) + 1e-5)  # (n, groups)
+        scale = rstd.repeat_interleave(c // 2, 1) * w  # (n, c)
+        mean = rows.mean(-1).repeat_interleave(c // 2, 1)
+        return (x - mean[:, :, None, None]) * scale[:, :, None, None], scale
+
+    check(fn, torch.randn(3, 8, 5, 7), torch.randn(8))
+    assert kernel_count() >= 2, fusebackend.last_compiled().schedule
 
 
 def test_layer_norm_returning_the_sum_is_one_kernel() -> None:
@@ -374,7 +419,7 @@ def test_stored_prologue_fuses_into_a_split_column_sum(rows: int) -> None:
     check(fn, x, g)
     assert kernel_count() == 2  # phase 1 with t's store, phase 2
     first = kernels()[min(kernels())]
-    assert "split, phase 1" in first and first.count("tl.store(") == 2
+    assert "split, phase 1" in first and stores(first) == 2
     (store,) = [line for line in first.splitlines() if "tl.store(" in line and "xindex //" in line]
     if rows % 16:
         # equal chunks overrun the rows (16 x 257 pairs for 4100 rows): the pairs past the end
@@ -405,16 +450,16 @@ def test_stored_prologue_of_a_split_in_unequal_chunks(monkeypatch: pytest.Monkey
     original = runtime.reduction_config
 
     def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-               across_rows: bool = False) -> dict[str, int]:
+               across_rows: bool = False, **kw: Any) -> dict[str, int]:
         rblock = 64 if looped else 1 << (rnumel - 1).bit_length()
-        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": rblock}
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw), "RBLOCK": rblock}
 
     monkeypatch.setattr(runtime, "reduction_config", blocks)
     x = torch.randn(shape)
     check(fn, x, atol=1e-4, rtol=1e-5)
     assert kernel_count() == 2, fusebackend.last_compiled().schedule
     first = kernels()[min(kernels())]
-    assert "split, phase 1" in first and first.count("tl.store(") == 2
+    assert "split, phase 1" in first and stores(first) == 2
     assert ("for roffset in range" in first) == looped
 
 

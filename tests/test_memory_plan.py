@@ -5,9 +5,9 @@ wrappers, each result compared with eager."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
-
 import torch
 
 import fusebackend
@@ -110,8 +110,8 @@ def _looped(monkeypatch: pytest.MonkeyPatch, rblock: int = 64) -> None:
     original = runtime.reduction_config
 
     def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-               across_rows: bool = False) -> dict[str, int]:
-        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": rblock}
+               across_rows: bool = False, **kw: Any) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw), "RBLOCK": rblock}
 
     monkeypatch.setattr(runtime, "reduction_config", blocks)
 

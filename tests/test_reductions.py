@@ -359,8 +359,8 @@ def test_looped_argmax_nan_and_ties(monkeypatch: pytest.MonkeyPatch) -> None:
     original = runtime.reduction_config
 
     def blocks(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-               across_rows: bool = False) -> dict[str, int]:
-        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows), "RBLOCK": 64}
+               across_rows: bool = False, **kw: Any) -> dict[str, int]:
+        return {**original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw), "RBLOCK": 64}
 
     monkeypatch.setattr(runtime, "reduction_config", blocks)
     x = torch.randint(0, 3, (2, 300)).float()  # row 0: equal maxima in every block, the first one wins
@@ -418,9 +418,9 @@ def test_split_variance_in_a_looped_kernel(monkeypatch: pytest.MonkeyPatch, rows
     chunk = 375 if update.endswith("masked(") else 256
 
     def small(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-              across_rows: bool = False) -> dict[str, int]:
+              across_rows: bool = False, **kw: Any) -> dict[str, int]:
         return ({"XBLOCK": blocks[0], "RBLOCK": blocks[1]} if rnumel == chunk
-                else original(xnumel, rnumel, row_contiguous, passes, across_rows))
+                else original(xnumel, rnumel, row_contiguous, passes, across_rows, **kw))
 
     monkeypatch.setattr(runtime, "reduction_config", small)
     x = torch.randn(rows, columns) * scale + mean

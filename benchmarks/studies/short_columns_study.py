@@ -38,9 +38,9 @@ SHAPES = [(512, 128), (512, 256), (512, 64), (1024, 512), (256, 2048), (64, 4096
 CONFIG = runtime.reduction_config  # today's, before any patch below
 
 
-def looped(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+def looped(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
     """The config column reductions had before: 64 columns a program, 16 rows a step."""
-    config = CONFIG(xnumel, rnumel, row_contiguous, passes)
+    config = CONFIG(xnumel, rnumel, row_contiguous, passes, **kw)
     if row_contiguous or runtime.use_interpreter():
         return config
     return {"XBLOCK": 64, "RBLOCK": min(1 << max(rnumel - 1, 0).bit_length(), 16), "num_warps": 4}

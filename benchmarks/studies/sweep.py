@@ -72,11 +72,11 @@ def time_variant(fn: Callable[..., Any], inputs: list[Any], expected: Any, kind:
     elif cfg is not None and kind == "pointwise":
         runtime.pointwise_config = lambda numel, itemsize=2: dict(cfg)  # type: ignore[assignment]
     elif cfg is not None:
-        def fixed(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1) -> dict[str, int]:
+        def fixed(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
             # only the case's main reduction takes the swept config; small phase-2 kernels keep theirs
             if xnumel * rnumel >= 1 << 20:
                 return dict(cfg)
-            return original_red(xnumel, rnumel, row_contiguous, passes)
+            return original_red(xnumel, rnumel, row_contiguous, passes, **kw)
         runtime.reduction_config = fixed  # type: ignore[assignment]
     try:
         torch._dynamo.reset()

@@ -11,7 +11,9 @@ Two shapes of kernel, chosen by ``runtime.reduction_config``:
 - looped (long rows): each reduction accumulates elementwise over ``for roffset in range(...)``
   and is reduced across the block after the loop. Reductions that need an earlier reduction's
   result (the variance needs the mean, softmax's sum needs the max) get a later loop, and a last
-  loop computes and stores the full-size outputs (the epilogue).
+  loop computes and stores the full-size outputs (the epilogue). Over a row of many blocks
+  (``runtime.TAIL_BLOCKS``) that they do not tile, each loop runs the whole blocks unmasked and
+  a second loop of one step the row's last, partial block, masked.
 
 Row values (reductions, and pointwise nodes with one element per row) are stored with the row
 mask; full-size values with both masks. A mask is left out where the block size divides the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import sympy
 import torch
@@ -89,6 +92,9 @@ def _depths(plan: KernelPlan) -> dict[str, int]:
     return depth
 
 
+TAIL_COMMENT = "# the row's last, partial block"
+
+
 def generate_reduction(plan: KernelPlan, index: int, pdl: bool = False,
                        launch: dict[str, int] | None = None) -> KernelSource:
     """The kernel, with ``launch`` (blocks and warps: an autotuning candidate) or the heuristic's
@@ -134,7 +140,9 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
     late = [n for n in full_nodes if depth[n.name] > 0]
     max_depth = max(depth[r.name] for r in reductions)
     passes = max_depth + (1 if late else 0)  # reads of each row by a looped kernel
-    launch = launch or runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes)
+    row_bytes = plan.bytes_read / max(size_hint(xnumel) * size_hint(rnumel), 1)  # read at each (row, position)
+    launch = launch or runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
+                                                row_bytes=row_bytes)
     if persistent is None:  # a symbolic row: looped, any length (and a persistent kernel beside it)
         persistent = not sizes_in(rnumel) and launch["RBLOCK"] >= rnumel
     exact = frozenset(d for d, n, block in (("x", xnumel, launch["XBLOCK"]), ("r", rnumel, launch["RBLOCK"]))
@@ -180,6 +188,28 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
         if body.mask(frozenset("r")):
             body.emit_raw("rmask = rindex < rnumel")
 
+    # Long rows that blocks of RBLOCK do not tile: whole blocks without a mask, then one masked
+    # block for the rest of the row (``runtime.TAIL_BLOCKS``).
+    tail = "r" not in exact and size_hint(rnumel) // launch["RBLOCK"] >= runtime.TAIL_BLOCKS
+
+    def row_loop(step: Callable[[], None]) -> None:
+        """One pass of a looped kernel over each row: ``step`` renders what a block does."""
+        body.exact = exact | {"r"} if tail else exact
+        body.push()
+        rindex_lines()
+        step()
+        lines = body.pop()
+        body.emit_raw(f"for roffset in range(0, {'rnumel - RBLOCK + 1' if tail else 'rnumel'}, RBLOCK):")
+        body.lines.extend("    " + line for line in lines)
+        if tail:  # a loop of one step, or none where the blocks tile the row
+            body.exact = exact
+            body.push()
+            rindex_lines()
+            step()
+            lines = body.pop()
+            body.emit_raw(f"for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK):  {TAIL_COMMENT}")
+            body.lines.extend("    " + line for line in lines)
+
     # Phase by phase: the reductions of each depth, then the epilogue.
     for level in range(1, max_depth + 1):
         group = [r for r in reductions if depth[r.name] == level]
@@ -191,17 +221,15 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
         else:
             body.eviction = _pass_eviction(level, passes)
             accs = [_init_accumulator(body, red, lay) for red in group]
-            body.push()
-            rindex_lines()
-            for red, acc in zip(group, accs):
-                _accumulate(body, red, acc, lay)
-            if level == 1:
-                for node in early:
-                    store(node, body.value(node.body, space.mapping[node.name]), FULL)
-            loop = body.pop()
-            body.emit_raw("for roffset in range(0, rnumel, RBLOCK):")
-            for line in loop:
-                body.emit_raw("    " + line)
+
+            def step(group: list[ir.Reduction] = group, accs: list[tuple[str, ...]] = accs, level: int = level) -> None:
+                for red, acc in zip(group, accs):
+                    _accumulate(body, red, acc, lay)
+                if level == 1:
+                    for node in early:
+                        store(node, body.value(node.body, space.mapping[node.name]), FULL)
+
+            row_loop(step)
             for red, acc in zip(group, accs):
                 _finish(body, red, acc, lay)
         for red in group:
@@ -210,25 +238,23 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
 
     if persistent:
         late = full_nodes  # one pass either way: every full-size output after the reductions
-    if late:
-        if not persistent:
-            body.eviction = _pass_eviction(passes, passes)
-            body.push()
-            rindex_lines()
+
+    def store_late() -> None:
         for node in late:
             store(node, body.value(node.body, space.mapping[node.name]), FULL)
-        if not persistent:
-            loop = body.pop()
-            body.emit_raw("for roffset in range(0, rnumel, RBLOCK):")
-            for line in loop:
-                body.emit_raw("    " + line)
+
+    if late and persistent:
+        store_late()
+    elif late:
+        body.eviction = _pass_eviction(passes, passes)
+        row_loop(store_late)
     for node in plan.nodes:
         if node.name in stored and is_row_value(node, space) and not isinstance(node, ir.Reduction):
             store(node, body.value(node.body, space.mapping[node.name]), ROW)
 
     if chosen is None and not lay.column:  # the config first: most kernels' is the same either way
         wider = runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
-                                         across_rows=True)
+                                         across_rows=True, row_bytes=row_bytes)
         if wider != launch and _reads_across_rows(body):
             return _generate_reduction(plan, index, pdl, wider, asked, suffix)
 

@@ -440,11 +440,22 @@ def column_tile_config(rows: int, inner: int, window: int = 1) -> dict[str, int]
     return blocks if use_interpreter() else {**blocks, "num_warps": 4}
 
 
-ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
+# A GPU reduction over rows longer than this loops over each row in blocks (reduction_config);
+# rows up to it sit in one block.
+LONGEST_PERSISTENT_ROW = 8192
+# A looped reduction over rows of at least TAIL_BLOCKS whole blocks runs them without a mask and
+# the row's last, partial block masked after them (codegen/reduction.py); shorter loops mask
+# every block. GroupNorm(32) and SiLU over NCHW bf16 activations, then a log-softmax over a
+# vocabulary of 50257, 2048 rows each, blocks of 4096 (H100, benchmarks/studies/long_rows.py,
+# 2026-11-27): rows of 12544 (3 whole blocks) 81 -> 93 us with the tail, 25088 (6) 140 -> 145,
+# 50176 (12) 291 -> 268, 50257 (12) 361 -> 321. The partial block's loads wait for the loop's
+# to drain, where a masked loop's last step overlaps them: a cost that long loops amortize.
+TAIL_BLOCKS = 8
+ROWS_ACROSS = 8  #ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
 
 
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-                     across_rows: bool = False) -> dict[str, int]:
+                     across_rows: bool = False, row_bytes: float = 0) -> dict[str, int]:
     """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row).
 
     ``passes``: how many times a looped kernel reads each row (one per level of dependent
@@ -455,6 +466,8 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     attention softmax over rows of 512 with its position terms gathered transposed (b16, 12
     heads, bf16, H100, a scratch study, 2026-11-27): 340-400 us at 4-16 rows a block, 1128 at
     32; about 490 us at the 2 rows below (the zoo's profile).
+    ``row_bytes``: bytes a kernel reads at each (row, position), over all its inputs (0: not
+    known); a looped kernel that reads its rows again takes blocks whose rows in flight fit L2.
     """
     r = _next_pow2(max(rnumel, 1))
     if use_interpreter():
@@ -483,13 +496,45 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
         return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
     if rnumel in (4096, 8192) and passes == 2:
         return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
-    if r <= 8192:
+    if r <= LONGEST_PERSISTENT_ROW:
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), 1024 // r))
         if across_rows and xnumel >= ROWS_ACROSS * 1024:  # (and still a thousand blocks or more)
             xblock = max(xblock, min(ROWS_ACROSS, 8192 // r))
         warps = max(1, min(16, xblock * r // 512))
         return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": warps}
+    if passes >= 2 and row_bytes:
+        return _rows_in_l2(rnumel * row_bytes)
     return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+
+
+def _rows_in_l2(row_bytes: float) -> dict[str, int]:
+    """Blocks for a looped reduction that reads each row again in a later pass: that pass finds
+    the row in L2 while the rows of the programs in flight fit it. Fewer warps a program (a block
+    of 256 elements a warp) put more programs on each SM (64 warps an SM), so more rows in
+    flight: the fewest warps whose rows fit, or 16.
+
+    Measured on an H100 (50 MiB of L2, 132 SMs; benchmarks/studies/long_rows.py, 2026-11-27),
+    2048 rows of bf16 read twice or three times, us: rows of 12544 (a GroupNorm(32) of 512
+    channels of 28x28) 1024 by 4 warps 70, 2048 by 8 69, 4096 by 16 81 (Inductor's two kernels
+    61); 25088: 2048 by 8 132, 4096 by 16 140; 50176: 2048 by 8 297, 4096 by 16 268; a
+    log-softmax over 50257: 2048 by 8 390, 4096 by 16 321 (by 32 in one block of 16384: 312).
+    The rows in flight of the best config take up to 1.1x the L2 (their programs start and end
+    at different times, so not every row is whole in L2 at once)."""
+    sms, l2_bytes = _gpu_shape()
+    for warps in (4, 8):
+        if sms * (64 // warps) * row_bytes <= 1.1 * l2_bytes:
+            return {"XBLOCK": 1, "RBLOCK": 256 * warps, "num_warps": warps}
+    return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_shape() -> tuple[int, int]:
+    """The current GPU's SMs and L2 bytes; an H100's where no GPU is visible (kernels generated
+    for a GPU on a machine without one, as the tests do)."""
+    if not torch.cuda.is_available():
+        return 132, 50 << 20
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20) or 50 << 20
 
 
 def _next_pow2(n: int) -> int:

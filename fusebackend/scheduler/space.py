@@ -123,6 +123,12 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
                 }
                 if source.source_valid is not None:
                     guards[node.name] = ir.substitute_index(source.source_valid, rmap)
+        elif node.name not in stored:
+            # between a row and a position: a group norm's scale per (sample, channel), from its
+            # (sample, group) statistics and the channel's weight. Inlined where loaded, like a
+            # full node; ``_check_rows`` proves that each of its reads of a row value, at the
+            # index its readers read it at, is of the current row.
+            continue
         else:
             raise SpaceError(
                 f"{node.name} has {node.buffer.numel} elements: neither one per row ({xnumel}) "
