@@ -15,7 +15,9 @@ group, the anchor, defines both: rows are its output elements in its buffer's me
   than the node has elements; the node is stored only where the reduction's ``source_valid``
   holds (``KernelSpace.guards``).
 
-Only stored nodes need a mapping: the others are evaluated wherever they are loaded (inlined).
+Only stored nodes need a mapping: the others are evaluated wherever they are loaded (inlined),
+a node with fewer elements than (row, position) pairs and more than rows (a group norm's scale
+per sample and channel) too.
 A row value (a reduction or row node) exists only for the current row, so every load of one
 inside the kernel must address exactly the current row; ``plan_space`` walks the loads to prove
 it, and returns the reason when it cannot.
@@ -126,8 +128,9 @@ def plan_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpace:
         elif node.name not in stored:
             # between a row and a position: a group norm's scale per (sample, channel), from its
             # (sample, group) statistics and the channel's weight. Inlined where loaded, like a
-            # full node; ``_check_rows`` proves that each of its reads of a row value, at the
-            # index its readers read it at, is of the current row.
+            # full node, and as a pointwise kernel evaluates a per-channel producer at each
+            # element; ``_check_rows`` proves that each of its reads of a row value, at the index
+            # its readers read it at, is of the current row.
             continue
         else:
             raise SpaceError(
