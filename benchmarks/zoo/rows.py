@@ -41,7 +41,7 @@ class VariantStats:
     error: float | None = None  # against eager (see the module docstring); None for eager itself
     median_ms: float | None = None  # the median over the timing rounds' medians
     round_ms: list[float] = dataclasses.field(default_factory=list)  # each round's median (run_model)
-    first_call_s: float | None = None  # compile and one run ("cold compile s"); None for eager
+    first_call_s: float | None = None  # torch.compile(), its compile and one run ("cold compile s"); None for eager
     # fuse: the first call's seconds by stage (fusebackend.metrics.stage_seconds: dynamo, aot, cache,
     # lower, ..., triton), and "other": the rest of the first call (the model's Python, the ATen calls);
     # Inductor: dynamo, aot and inductor from Dynamo's timers (inductor_stages)

@@ -194,21 +194,19 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
 
     def row_loop(step: Callable[[], None]) -> None:
         """One pass of a looped kernel over each row: ``step`` renders what a block does."""
-        body.exact = exact | {"r"} if tail else exact
-        body.push()
-        rindex_lines()
-        step()
-        lines = body.pop()
-        body.emit_raw(f"for roffset in range(0, {'rnumel - RBLOCK + 1' if tail else 'rnumel'}, RBLOCK):")
-        body.lines.extend("    " + line for line in lines)
+        loops = [(f"for roffset in range(0, {'rnumel - RBLOCK + 1' if tail else 'rnumel'}, RBLOCK):",
+                  exact | {"r"} if tail else exact)]
         if tail:  # a loop of one step, or none where the blocks tile the row
-            body.exact = exact
+            loops.append((f"for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK):  {TAIL_COMMENT}", exact))
+        for header, dims in loops:
+            body.exact = dims
             body.push()
             rindex_lines()
             step()
             lines = body.pop()
-            body.emit_raw(f"for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK):  {TAIL_COMMENT}")
+            body.emit_raw(header)
             body.lines.extend("    " + line for line in lines)
+        body.exact = exact
 
     # Phase by phase: the reductions of each depth, then the epilogue.
     for level in range(1, max_depth + 1):
