@@ -12,10 +12,11 @@ Each cold process starts from empty Inductor, Triton and fuse cache folders; its
 then reads what it left. A first call is timed from ``torch.compile(model)`` to the call's
 return: Inductor imports its compiler (about 200 modules) inside ``torch.compile``, fuse inside
 the first call (AOTAutograd's cache key imports them), so timing the call alone would leave
-Inductor's imports out (stage ``torch.compile``). The table gives per model each backend's first call, cold and warm:
-the median over repeats and the range (``min-max``). Beside them it gives fuse over Inductor
-(medians), and fuse's own stages on a warm start (all but Dynamo's, AOTAutograd's and the rest of
-the call). Below it, each backend's first call by stage (medians).
+Inductor's imports out (stage ``torch.compile``). The table gives per model each backend's
+first call, cold and warm: the median over repeats and the range (``min-max``). Beside them it
+gives fuse over Inductor (medians), and fuse's own stages on a warm start (all but
+``torch.compile``, Dynamo's, AOTAutograd's and the rest of the call). Below it, each backend's
+first call by stage (medians).
 
     PYTHONPATH=. python -m benchmarks.compile_time --models gpt2,bert [--mode inference] [--repeats 2] [--out DIR]
     PYTHONPATH=. python -m benchmarks.compile_time --from DIR      # the table of runs saved in DIR

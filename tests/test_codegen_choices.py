@@ -251,7 +251,7 @@ def test_gpu_looped_rows_read_again_fit_l2(monkeypatch: pytest.MonkeyPatch) -> N
     # a looped kernel that reads its rows again (passes >= 2) takes the fewest warps whose rows
     # in flight fit the L2 (an H100's: 132 SMs, 50 MiB); rows read once keep blocks of 4096
     monkeypatch.setattr(runtime, "use_interpreter", lambda: False)
-    monkeypatch.setattr(runtime, "_gpu_shape", lambda: (132, 50 << 20))
+    monkeypatch.setattr(runtime, "gpu_shape", lambda index=None: (132, 50 << 20))
     cfg = runtime.reduction_config
     assert cfg(2048, 12544, True, 3, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4}
     assert cfg(2048, 25088, True, 3, row_bytes=2) == {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
@@ -272,7 +272,7 @@ def test_gpu_group_norm_kernel_takes_blocks_whose_rows_fit_l2(monkeypatch: pytes
     def cfg(*args: Any, **kwargs: Any) -> dict[str, int]:  # the GPU's, where the kernels are only generated
         with monkeypatch.context() as gpu:
             gpu.setattr(runtime, "use_interpreter", lambda: False)
-            gpu.setattr(runtime, "_gpu_shape", lambda: (132, 50 << 20))
+            gpu.setattr(runtime, "gpu_shape", lambda index=None: (132, 50 << 20))
             return original(*args, **kwargs)
 
     monkeypatch.setattr(runtime, "reduction_config", cfg)

@@ -346,9 +346,9 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
             timers = {name: len(entries) for name, entries in fusebackend.metrics.dynamo_timers().items()}
             out, call_s = _timed(lambda: _snapshot(step()), options.device)
             stats.first_call_s = wrap_s + call_s
+            stages: dict[str, float] | None = None
             if backend_of(variant) == "inductor":
-                stats.compile_stages = {"torch.compile": round(wrap_s, 3),
-                                        **inductor_stages(timers, call_s, train)}
+                stages = inductor_stages(timers, call_s, train)
             if backend_of(variant) == "fuse":
                 m = fusebackend.metrics
                 stats.uncaptured = dict(m.uncaptured)
@@ -359,10 +359,11 @@ def _run_variant(variant: str, built: Built, make_step: Callable[[Built, Callabl
                 reports = {f"{a.name}/{k}": t for a in fusebackend.history() for k, t in a.autotune.items()}
                 stats.tuned = autotune.summary(reports) if reports else {}
                 m.collect_dynamo()
-                stats.compile_stages = {"torch.compile": round(wrap_s, 3),
-                                        **compile_stages(dict(m.stage_seconds), call_s)}
+                stages = compile_stages(dict(m.stage_seconds), call_s)
                 stats.cache_hits, stats.cache_misses = m.cache_hits, m.cache_misses
                 stats.aot_cache_hits = m.aot_cache_hits
+            if stages is not None:
+                stats.compile_stages = {"torch.compile": round(wrap_s, 3), **stages}
             if train:
                 stats.error = _train_error(out, expected)
             else:

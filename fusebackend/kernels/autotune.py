@@ -45,7 +45,7 @@ import torch
 
 from fusebackend import cache, ir
 from fusebackend.config import use_interpreter
-from fusebackend.kernels.runtime import Launcher, _next_pow2, load_kernel
+from fusebackend.kernels.runtime import Launcher, _next_pow2, gpu_shape, load_kernel
 
 REPEATS = 10  # timed launches of each candidate
 MAX_BLOCK = 1 << 15  # elements of one block
@@ -154,7 +154,7 @@ class Tuner:
             return took, took
         launcher(stream, *scratch)  # its first launch: Triton's path, compiled if it was not
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
-        flush = torch.empty(_l2_bytes(device) // 4, dtype=torch.int32, device=device)
+        flush = torch.empty(max(gpu_shape(device.index)[1], 64 << 20) // 4, dtype=torch.int32, device=device)
         times = []
         for flushed in (True, False):
             events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(REPEATS)]
@@ -167,11 +167,6 @@ class Tuner:
             torch.cuda.synchronize(device)
             times.append(statistics.median(b.elapsed_time(e) for b, e in events) * 1e3)
         return times[0], times[1]
-
-
-def _l2_bytes(device: torch.device) -> int:
-    props = torch.cuda.get_device_properties(device)
-    return max(getattr(props, "L2_cache_size", 0), 64 << 20)
 
 
 def report_text(launches: list[dict[str, Any]], times: list[float] | None, chosen: int) -> str:

@@ -451,7 +451,7 @@ LONGEST_PERSISTENT_ROW = 8192
 # 50176 (12) 291 -> 268, 50257 (12) 361 -> 321. The partial block's loads wait for the loop's
 # to drain, where a masked loop's last step overlaps them: a cost that long loops amortize.
 TAIL_BLOCKS = 8
-ROWS_ACROSS = 8  #ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
+ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
 
 
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
@@ -520,7 +520,7 @@ def _rows_in_l2(row_bytes: float) -> dict[str, int]:
     log-softmax over 50257: 2048 by 8 390, 4096 by 16 321 (by 32 in one block of 16384: 312).
     The rows in flight of the best config take up to 1.1x the L2 (their programs start and end
     at different times, so not every row is whole in L2 at once)."""
-    sms, l2_bytes = _gpu_shape()
+    sms, l2_bytes = gpu_shape()
     for warps in (4, 8):
         if sms * (64 // warps) * row_bytes <= 1.1 * l2_bytes:
             return {"XBLOCK": 1, "RBLOCK": 256 * warps, "num_warps": warps}
@@ -528,13 +528,13 @@ def _rows_in_l2(row_bytes: float) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_shape() -> tuple[int, int]:
-    """The current GPU's SMs and L2 bytes; an H100's where no GPU is visible (kernels generated
-    for a GPU on a machine without one, as the tests do)."""
+def gpu_shape(index: int | None = None) -> tuple[int, int]:
+    """GPU ``index``'s (default: the current one's) SMs and L2 bytes; an H100's where no GPU is
+    visible (kernels generated for a GPU on a machine without one, as the tests do)."""
     if not torch.cuda.is_available():
         return 132, 50 << 20
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return props.multi_processor_count, getattr(props, "L2_cache_size", 50 << 20) or 50 << 20
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+    return props.multi_processor_count, getattr(props, "L2_cache_size", 0) or 50 << 20
 
 
 def _next_pow2(n: int) -> int:
