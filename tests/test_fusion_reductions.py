@@ -552,3 +552,29 @@ def test_a_channels_last_sum_over_all_but_channels_stores_its_addend_in_read_ord
     assert loads(src) == 2 and stores(src) == 2, src
     assert "//" not in src and "%" not in src, src
 
+
+
+def test_a_sum_beside_a_copy_it_would_store_across_its_rows_is_two_kernels() -> None:
+    # a bias gradient: g (NCHW) summed over N, H, W, beside g's channels-last copy for a
+    # convolution. The sum reads each channel's row along (runs of H*W); the copy would be stored
+    # C elements apart along it. Refused: the copy is a tiled transpose, the sum its own kernel
+    g = torch.randn(2, 64, 48, 48)  # 1.1 MiB: above SMALL_KERNEL_BYTES
+    check(lambda g: ((g * 2).contiguous(memory_format=torch.channels_last), (g * 2).sum((0, 2, 3))), g)
+    assert kernel_count() == 2
+    (schedule,) = [a.schedule for a in fusebackend.history()]
+    assert "stored across the rows the reduction reads along (its positions 64 elements apart)" in schedule
+    copy, total = kernels().values()
+    assert "# tiled:" in copy and "th.reduce_sum" in total
+
+
+def test_a_norm_reading_its_rows_across_may_store_across_them() -> None:
+    # a layer norm over the channels of an NCHW tensor reads each row across (H*W apart) and
+    # stores y the same way: several rows a block, both coalesce; one kernel
+    x, b, w = torch.randn(2, 64, 48, 48), torch.randn(64), torch.randn(64)
+
+    def fn(x: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x + b[None, :, None, None]
+        return y, F.layer_norm(y.permute(0, 2, 3, 1), (64,), w)
+
+    check(fn, x, b, w)
+    assert kernel_count() == 1

@@ -287,6 +287,46 @@ def test_a_convolutions_bias_is_added_in_the_kernel_reading_its_result(mode: str
     assert "a convolution's bias" in "\n".join(a.ir for a in fusebackend.history())
 
 
+@pytest.mark.parametrize("mode", ["keep", "channels_last"])
+@pytest.mark.parametrize("kind", ["conv1d", "conv2d", "conv_transpose2d"])
+def test_a_convolutions_bias_gradient_is_a_reduction_of_ours(mode: str, kind: str, layout_copies: list[str]) -> None:
+    # the backward's ATen call computes the input's and the weight's gradients alone; the bias's
+    # is a sum over the output's gradient that fuses into the kernel computing that gradient
+    torch.manual_seed(0)
+    conv, shape = {
+        "conv1d": (nn.Conv1d(4, 6, 3, padding=1), (2, 4, 11)),
+        "conv2d": (nn.Conv2d(4, 6, 3, stride=2), (2, 4, 9, 7)),
+        "conv_transpose2d": (nn.ConvTranspose2d(4, 6, 3, stride=2), (2, 4, 5, 3)),
+    }[kind]
+    x = torch.randn(shape, requires_grad=True)
+
+    def step(call: Any) -> list[torch.Tensor]:
+        for t in (*conv.parameters(), x):
+            t.grad = None
+        call(x).pow(2).mean().backward()
+        return [t.grad.clone() for t in (*conv.parameters(), x)]
+
+    expected = step(lambda x: F.gelu(conv(x)))
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    fusebackend.metrics.reset()
+    with fusebackend.config.patch(conv_layout=mode):
+        actual = step(compile_fn(lambda x: F.gelu(conv(x))))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+        assert all(p == q for n, p, q in zip(a.shape, a.stride(), e.stride()) if n != 1), (a.stride(), e.stride())
+    backward = fusebackend.history()[-1]
+    (call,) = [line for line in backward.wrapper.splitlines() if "aten_convolution_backward(" in line]
+    assert "[True, True, False]" in call, call
+    assert "sum" not in fusebackend.metrics.fallbacks
+    # the output's gradient and its sum over every dim but the channels: one kernel
+    (summed,) = [src for src in backward.kernels.values() if "aten.sum.dim_IntList" in src]
+    assert "aten.gelu_backward" in summed or "aten.mul.Tensor" in summed
+    if mode == "channels_last" and kind == "conv2d":
+        assert "(channels-last output gradient of a convolution)" in summed
+    assert not layout_copies, layout_copies
+
+
 def test_inputs_that_disagree_on_the_order_give_a_row_major_result() -> None:
     # Whisper's encoder: positions [T, C] added to a convolution's [B, C, T] output permuted to
     # [B, T, C]. ATen lays the sum out like its first input ([B, C, T] in memory), and a layer

@@ -151,6 +151,38 @@ def test_an_extent_under_eight_keeps_the_flat_kernel() -> None:
     assert "tiled" not in _source()
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_3x3_weight_made_channels_last_is_tiled_over_its_nine_positions(dtype: torch.dtype) -> None:
+    # (K, C, 3, 3) into (K, 3, 3, C): the load is contiguous along the 3 of the kernel's width,
+    # too thin a tile, and along its 9 positions together: y merges both kernel dims
+    w = torch.randn(6, 40, 3, 3).to(dtype)
+    check(lambda w: (w * 2).contiguous(memory_format=torch.channels_last), w)
+    source = _source()
+    assert "# tiled: 9 (y) by 40 (x) elements per 6 outer block(s)" in source
+    assert "shifted back" in source  # 9 rows: the last block of 8 ends at the ninth
+
+
+def test_a_strided_3x3_weight_made_channels_last_is_right() -> None:
+    w = torch.randn(5, 48, 3, 3)[:, ::2]  # every other input channel: 24 of them, 18 apart
+    check(lambda w: (w + 1).contiguous(memory_format=torch.channels_last), w)
+    assert "# tiled: 9 (y) by 24 (x) elements per 5 outer block(s)" in _source()
+
+
+def test_a_channels_last_weight_made_contiguous_is_tiled_over_its_channels() -> None:
+    w = torch.randn(6, 40, 3, 3).to(memory_format=torch.channels_last)  # a weight's gradient, back
+    check(lambda w: (w * 2).contiguous(), w)
+    assert "# tiled: 40 (y) by 9 (x) elements per 6 outer block(s)" in _source()
+
+
+def test_a_thin_tile_is_widened_along_its_other_extent() -> None:
+    from fusebackend.kernels import runtime
+
+    assert runtime.tile_config(9, 2560)["XBLOCK"] == 128 and runtime.tile_config(9, 2560)["YBLOCK"] == 8
+    assert runtime.tile_config(2560, 9)["YBLOCK"] == 128 and runtime.tile_config(2560, 9)["XBLOCK"] == 8
+    assert runtime.tile_config(9, 320)["XBLOCK"] == 64  # 128 does not divide 320
+    assert runtime.tile_config(64, 64) == {**runtime.tile_config(64, 64), "XBLOCK": 64, "YBLOCK": 64}
+
+
 # ------------------------------------------------ column tiles: per-channel values of NHWC tensors
 
 

@@ -12,14 +12,18 @@ host is counted):
 - a hand-written flat kernel (``x % C`` for the channel) with each block size, as a reference;
 
 and likewise the conversion of a 3x3 convolution's weight to channels-last, which fuse and Inductor
-both run on every call of an inference graph.
+both run on every call of a graph that takes the weight as an input (inference without freezing,
+and training), and back (a channels-last gradient into the weight's own layout): fuse's kernel, the
+flat kernel it generated before its transposing tiles merged the kernel's 3x3 positions into one
+extent (``pointwise._merged_rows``), and its tiled kernel launched with other blocks and warps.
 
-    PYTHONPATH=. python -m benchmarks.studies.tile_study
+    PYTHONPATH=. python -m benchmarks.studies.tile_study [--weights-only]
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 import torch
@@ -27,10 +31,13 @@ import triton
 import triton.language as tl
 
 import fusebackend
+from benchmarks.zoo import audit
 
 SHAPES = ((1, 256, 14, 14), (1, 64, 56, 56), (1, 512, 7, 7), (1, 64, 112, 112), (4, 256, 28, 28),
           (32, 256, 14, 14))
-WEIGHTS = ((512, 512, 3, 3), (256, 256, 3, 3), (64, 64, 3, 3))
+# ResNet's and Stable Diffusion's UNet's 3x3 convolutions (the UNet's largest: 2560 channels in)
+WEIGHTS = ((512, 512, 3, 3), (256, 256, 3, 3), (64, 64, 3, 3), (1280, 2560, 3, 3), (1280, 1280, 3, 3),
+           (320, 320, 3, 3))
 
 
 @triton.jit
@@ -55,21 +62,26 @@ def _time(fn: Callable[[], Any]) -> float:
     return 1e3 * triton.testing.do_bench_cudagraph(fn, rep=50)
 
 
-def _fuse_kernel(fn: Callable[..., Any], args: tuple[Any, ...], small: int | None = None) -> tuple[Any, str]:
+def _fuse_kernel(fn: Callable[..., Any], args: tuple[Any, ...], small: int | None = None,
+                 merge: bool = True) -> tuple[Any, str]:
     """fuse's compiled callable for ``fn`` and the source of its one generated kernel; ``small``
-    replaces ``runtime.SMALL_POINTWISE`` while it compiles (0: tiles at every size)."""
+    replaces ``runtime.SMALL_POINTWISE`` while it compiles (0: tiles at every size); ``merge``
+    False compiles it as before transposing tiles merged thin dims (``pointwise._merged_rows``)."""
+    from fusebackend.codegen import pointwise
     from fusebackend.kernels import runtime
 
     torch._dynamo.reset()
     fusebackend.dump.clear()
-    saved = runtime.SMALL_POINTWISE
+    saved, merged_rows = runtime.SMALL_POINTWISE, pointwise._merged_rows
     runtime.SMALL_POINTWISE = saved if small is None else small
+    if not merge:
+        pointwise._merged_rows = lambda offset, dims, j, inner: dims[j]
     try:
         with fusebackend.config.patch(graph_cache=False):
             compiled = torch.compile(fn, backend=fusebackend.fuse)
             compiled(*args)
     finally:
-        runtime.SMALL_POINTWISE = saved
+        runtime.SMALL_POINTWISE, pointwise._merged_rows = saved, merged_rows
     (artifacts,) = fusebackend.history()
     (source,) = artifacts.kernels.values()
     return compiled, source
@@ -144,36 +156,70 @@ def batch_norm_rows(shape: tuple[int, ...]) -> list[tuple[str, float]]:
     return rows
 
 
-def weight_rows(shape: tuple[int, ...]) -> list[tuple[str, float]]:
+def weight_rows(shape: tuple[int, ...], back: bool = False) -> list[tuple[str, float]]:
+    """A weight to channels-last, or (``back``) a channels-last one to the contiguous layout."""
     w = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+    layout = torch.contiguous_format if back else torch.channels_last
+    if back:
+        w = w.contiguous(memory_format=torch.channels_last)
 
     def f(w: torch.Tensor) -> torch.Tensor:
-        return w.contiguous(memory_format=torch.channels_last) * 1.0
+        return w.contiguous(memory_format=layout) * 1.0
 
+    expected = f(w)
     rows = []
     torch._dynamo.reset()
     inductor = torch.compile(f)
-    assert torch.equal(inductor(w), f(w))
+    assert torch.equal(inductor(w), expected)
     rows.append(("inductor", _time(lambda: inductor(w))))
-    fuse, _ = _fuse_kernel(f, (w,))
-    assert torch.equal(fuse(w), f(w))
+    fuse, source = _fuse_kernel(f, (w,))
+    assert torch.equal(fuse(w), expected)
     rows.append(("fuse", _time(lambda: fuse(w))))
+    flat, flat_source = _fuse_kernel(f, (w,), merge=False)
+    if flat_source != source:
+        assert torch.equal(flat(w), expected)
+        rows.append(("fuse before (no merged rows)", _time(lambda: flat(w))))
+    if "YBLOCK" in source:
+        kernel, out = _load(source), torch.empty_like(expected)
+        grid_of = re.search(r"(\d+) \(y\) by (\d+) \(x\) elements per (\d+) outer", source)
+        ysize, inner, outer = (int(v) for v in grid_of.groups())
+        from fusebackend.kernels.runtime import tile_config
+
+        yblock = tile_config(ysize, inner)["YBLOCK"]
+        for xblock in (32, 64, 128, 256):
+            if inner % xblock:
+                continue
+            for warps in (2, 4, 8):
+                grid = (outer * (inner // xblock) * -(-ysize // yblock),)
+                launch = lambda: kernel[grid](w, out, w.numel(), XBLOCK=xblock, YBLOCK=yblock, num_warps=warps)
+                launch()
+                assert torch.equal(out, expected)
+                rows.append((f"fuse's kernel {yblock}x{xblock}, {warps} warps", _time(launch)))
     return rows
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.tile_study")
+    parser.add_argument("--weights-only", action="store_true", help="only the weights' conversions")
+    args = parser.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
-    for shape in SHAPES:
+    for shape in () if args.weights_only else SHAPES:
         rows = batch_norm_rows(shape)
         best = min(rows[2:], key=lambda r: r[1])
         print(f"\nbatch norm + relu, channels-last {shape}, {math.prod(shape)} elements")
         for name, us in rows[:2] + sorted(rows[2:], key=lambda r: r[1])[:12]:
             print(f"  {us:7.2f} us  {name}")
         print(f"  best: {best[0]}")
+    bandwidth = audit.copy_bandwidth(torch.device("cuda"))
     for shape in WEIGHTS:
-        print(f"\nweight {shape} to channels-last")
-        for name, us in weight_rows(shape):
-            print(f"  {us:7.2f} us  {name}")
+        for back in (False, True):
+            floor = 2 * 2 * math.prod(shape) / bandwidth * 1e6
+            print(f"\nweight {shape} " + ("from channels-last" if back else "to channels-last")
+                  + f": floor {floor:.2f} us")
+            for name, us in weight_rows(shape, back):
+                print(f"  {us:7.2f} us  {floor / us:4.0%} of floor  {name}")
 
 
 if __name__ == "__main__":

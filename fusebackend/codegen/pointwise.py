@@ -175,10 +175,11 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
         if _step(offset, inner) != 1:
             continue
         if not sizes_in(buf.numel):
-            launch = runtime.tile_config(dims[j], inner)
+            ysize = _merged_rows(offset, dims, j, inner)
+            launch = runtime.tile_config(ysize, inner)
             if min(launch["XBLOCK"], launch["YBLOCK"]) < 8:
                 return None  # too thin a tile to coalesce either side
-            return Tile(size_hint(buf.numel) // (dims[j] * inner), dims[j], inner, launch, load.name)
+            return Tile(size_hint(buf.numel) // (ysize * inner), ysize, inner, launch, load.name)
         own = _own_dims(buf)
         ysize, own_inner = own[j], math.prod(own[j + 1:])
         launch = runtime.tile_config(_masked_block(dims[j]) if sizes_in(ysize) else dims[j],
@@ -188,6 +189,23 @@ def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
             return None
         return Tile(sympy.sympify(buf.numel) / (ysize * own_inner), ysize, own_inner, launch, load.name)
     return None
+
+
+def _merged_rows(offset: sympy.Expr, dims: list[int], j: int, inner: int) -> int:
+    """The y extent of a transposing tile whose load is contiguous along output dim ``j``: that
+    dim's, and where it is under 8, merged with the output dims before it for as long as the load
+    stays contiguous across them. A 3x3 convolution's weight made channels-last, ``(K, C, 3, 3)``
+    read into ``(K, 3, 3, C)``, is per output channel a ``C x 9`` block read into ``9 x C``: its
+    load is contiguous along the 3 of the kernel's width alone, and along the 9 positions of both
+    kernel dims together. Flat, such copies took 2.0 ms of Stable Diffusion's UNet's 8.4 ms
+    inference step on the GPU, at 28-39% of their floor (H100, bf16, 2026-11-27); every call of
+    a graph that takes the weights as inputs makes them (``lowering/layouts.py``)."""
+    ysize = dims[j]
+    for i in range(j - 1, -1, -1):
+        if ysize >= 8 or _step(offset, inner * ysize) != ysize:
+            break
+        ysize *= dims[i]
+    return ysize
 
 
 def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:

@@ -38,7 +38,7 @@ from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.sizevars import ceil_div, size_hint
 from fusebackend.scheduler import KernelPlan
-from fusebackend.scheduler.space import R, X, is_row_value
+from fusebackend.scheduler.space import R, X, is_row_value, row_contiguous_reduction
 
 ROW = frozenset("x")
 FULL = frozenset("xr")
@@ -129,7 +129,7 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
     assert anchor is not None
     xnumel, rnumel = space.xnumel, space.rnumel
     chosen, asked = launch, persistent
-    row_contiguous = _row_contiguous(anchor)
+    row_contiguous = row_contiguous_reduction(anchor)
     depth = _depths(plan)
     reductions = [n for n in plan.nodes if isinstance(n, ir.Reduction)]
     stored = {b.name for b in plan.stored}
@@ -327,24 +327,6 @@ def _reads_across_rows(body: KernelBody) -> bool:
 
     return any(R in offset.free_symbols and step(offset, R) not in (0, 1) and step(offset, X) in (0, 1)
                for _, offset in body.load_offsets)
-
-
-def _row_contiguous(red: ir.Reduction) -> bool:
-    """Whether the reduction's largest input is contiguous along the reduced positions."""
-    rvars = indexing.loop_vars("r", len(red.reduction_ranges))
-    if not rvars:
-        return True
-    best = None
-    for load in ir.loads(red.body):
-        offset = sympy.sympify(indexing.ravel(load.index, load.view.strides, load.view.offset))
-        # the step in memory between positions 0 and 1 of the innermost reduced dim, the other
-        # loop variables at 0 (size symbols stay: a step of s77 is a column's)
-        zero = {v: 0 for v in offset.free_symbols if v.is_positive is not True}
-        step = sympy.expand(offset.xreplace({**zero, rvars[-1]: 1}) - offset.xreplace(zero))
-        size = size_hint(load.view.buffer.numel)
-        if best is None or size > best[0]:
-            best = (size, step)
-    return best is None or best[1] in (0, 1)
 
 
 def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype, lay: Layout) -> str:

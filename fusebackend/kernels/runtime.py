@@ -383,6 +383,9 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
 
 
+THIN_TILE_ELEMENTS = 1024  # a transposing tile thin along one extent is widened to this many (tile_config)
+
+
 def tile_config(ysize: int, inner: int) -> dict[str, int]:
     """Blocks for a tiled (transposing) pointwise kernel over ``ysize`` by ``inner`` elements.
 
@@ -390,8 +393,18 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
     more. Else (196 positions of a 14x14 map: 4 divides it) a block that does not divide it
     (``ragged_tile_block``), whose last block the kernel shifts back to end at the extent's end.
     The caller keeps the flat kernel when either block is under 8 (an extent under 8).
+
+    A tile thin along one extent (a block of 8: a 3x3 convolution's 9 kernel positions,
+    ``pointwise._merged_rows``) is widened along the other, doubling a block that still divides
+    its extent, up to ``THIN_TILE_ELEMENTS`` elements and blocks of 256: a 3x3 weight of 1280 by
+    2560 channels made channels-last took 63 us in tiles of 8 by 64, 42 us in 8 by 128, against
+    a floor of 28 us (H200, bf16, 2026-11-27, ``benchmarks/studies/tile_study.py``).
     """
     blocks = {"XBLOCK": _tile_block(inner), "YBLOCK": _tile_block(ysize)}
+    for wide, thin, extent in (("XBLOCK", "YBLOCK", inner), ("YBLOCK", "XBLOCK", ysize)):
+        while (blocks[wide] * blocks[thin] < THIN_TILE_ELEMENTS and blocks[wide] < 256
+               and extent % (2 * blocks[wide]) == 0):
+            blocks[wide] *= 2
     if use_interpreter():
         return blocks
     return {**blocks, "num_warps": 4}

@@ -53,6 +53,10 @@ _READ_DEPTH = 8
 _READ_LOADS = 16
 
 
+# A column sum's chunks are at least this many positions long (``split_count``)
+COLUMN_CHUNK = 256
+
+
 def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     """How many chunks to split each row into: enough programs to fill a GPU when rows are few.
 
@@ -66,9 +70,9 @@ def split_count(xnumel: int, rnumel: int, column: bool) -> int:
     """
     if column:
         programs = -(-xnumel // 64)
-        if rnumel < 2048 or programs >= 1024:
+        if rnumel < 8 * COLUMN_CHUNK or programs >= 1024:
             return 1
-        want = min(1024 // programs, rnumel // 256)
+        want = min(1024 // programs, rnumel // COLUMN_CHUNK)
     else:
         if rnumel < 65536 or xnumel >= 256:
             return 1

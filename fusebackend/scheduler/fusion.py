@@ -19,12 +19,16 @@ import itertools
 import math
 from typing import Iterable
 
+import sympy
+
 from fusebackend import indexing, ir
 from fusebackend.config import config
+from fusebackend.inlining import substitute
 from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.groups import Groups
 from fusebackend.scheduler.ordering import live_profile, storage_bytes
-from fusebackend.scheduler.space import SpaceError, plan_space
+from fusebackend.scheduler.space import R, X, SpaceError, plan_space, row_contiguous_reduction
+from fusebackend.scheduler.space_types import KernelSpace
 from fusebackend.sizevars import size_hint
 
 
@@ -69,10 +73,10 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     if orders is not None:
         return orders
     try:
-        plan_space(nodes, {buf.name for buf in stored})
+        space = plan_space(nodes, {buf.name for buf in stored})
     except SpaceError as exc:
         return str(exc)
-    return None
+    return _stores_across_rows(nodes, stored, space)
 
 
 def _memory_dims(buf: ir.Buffer) -> tuple[int, ...] | None:
@@ -112,6 +116,53 @@ def _stored_orders(nodes: list[ir.Node], stored: list[ir.Buffer]) -> str | None:
             return (f"outputs laid out in different dim orders ({first} {list(a)}, {second} {list(b)}): "
                     "one flat index would read one of them across its rows")
     return None
+
+
+def _stores_across_rows(nodes: list[ir.Node], stored: list[ir.Buffer], space: KernelSpace) -> str | None:
+    """Why a reduction kernel may not store these buffers: one of them, of an element per (row,
+    position), lies across the rows where the kernel reads them along (its largest input is
+    contiguous along the reduced positions): consecutive positions of a row are a stride apart
+    in it, so each store writes one element per 32-byte sector.
+
+    A convolution's bias gradient is a sum of the output's gradient over every dim but the
+    channels; where that gradient arrives NCHW (a graph's incoming gradient), the sum reads each
+    channel's row along its H*W run, and the gradient's channels-last copy for the convolution
+    would be stored C elements apart along it (``lowering/graph.py``,
+    ``_convolution_backward_inputs``). Apart, the copy is a tiled transpose and the sum reads its
+    rows along. A kernel that reads its rows across too (a layer norm over the channels of an
+    NCHW tensor) takes several rows a block (``runtime.reduction_config``'s ``across_rows``),
+    whose stores then coalesce; it may store across."""
+    anchor = space.anchor
+    if not isinstance(anchor, ir.Reduction) or size_hint(space.rnumel) <= 1:
+        return None
+    full = size_hint(space.xnumel) * size_hint(space.rnumel)
+    big = [b for b in stored if size_hint(b.numel) == full and full * b.dtype.itemsize >= SMALL_KERNEL_BYTES]
+    by_name = {n.buffer.name: n for n in nodes}
+    for buf in big:
+        subst = space.mapping.get(by_name[buf.name].name) if buf.name in by_name else None
+        if subst is None:
+            continue
+        ivars = indexing.loop_vars("i", len(buf.sizes))
+        offset = sympy.sympify(indexing.ravel([subst[v] for v in ivars], buf.strides))
+        at = offset.xreplace({X: sympy.Integer(0)})
+        step = size_hint(at.xreplace({R: sympy.Integer(1)}) - at.xreplace({R: sympy.Integer(0)}))
+        if step not in (0, 1) and row_contiguous_reduction(anchor, _read_through(anchor, nodes)):
+            return (f"{buf.name} would be stored across the rows the reduction reads along (its positions "
+                    f"{step} elements apart): one element per sector")
+    return None
+
+
+def _read_through(red: ir.Reduction, nodes: list[ir.Node]) -> ir.Expr:
+    """``red``'s body with the kernel's pointwise nodes inlined where it loads them, to the
+    tensors the kernel reads from memory (a layer norm's contiguous copy of its input is the
+    input itself, read across)."""
+    members = {n.buffer.name: n for n in nodes if isinstance(n, ir.Pointwise)}
+    node = red
+    for _ in range(len(members)):
+        if not any(load.view.buffer.name in members for load in ir.loads(node.body)):
+            break
+        node = dataclasses.replace(node, body=substitute(node, members))
+    return node.body
 
 
 def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision], list[Refusal]]:

@@ -280,6 +280,25 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
             walk(node, space.mapping[node.name])
 
 
+def row_contiguous_reduction(red: ir.Reduction, body: ir.Expr | None = None) -> bool:
+    """Whether the reduction's largest input is contiguous along the reduced positions; with
+    ``body``, its largest input in that body (``red``'s with producers inlined) instead."""
+    rvars = indexing.loop_vars("r", len(red.reduction_ranges))
+    if not rvars:
+        return True
+    best = None
+    for load in ir.loads(red.body if body is None else body):
+        offset = sympy.sympify(indexing.ravel(load.index, load.view.strides, load.view.offset))
+        # the step in memory between positions 0 and 1 of the innermost reduced dim, the other
+        # loop variables at 0 (size symbols stay: a step of s77 is a column's)
+        zero = {v: 0 for v in offset.free_symbols if v.is_positive is not True}
+        step = sympy.expand(offset.xreplace({**zero, rvars[-1]: 1}) - offset.xreplace(zero))
+        size = size_hint(load.view.buffer.numel)
+        if best is None or size > best[0]:
+            best = (size, step)
+    return best is None or best[1] in (0, 1)
+
+
 def numel(node: ir.Node) -> int:
     if isinstance(node, ir.Reduction):
         return node.buffer.numel * math.prod(node.reduction_ranges)
