@@ -360,3 +360,30 @@ def test_schedule_is_the_same_in_every_process(tmp_path: Any) -> None:
         outputs.append(proc.stdout)
     assert "fusions refused" in outputs[0] and "@triton.jit" in outputs[0]
     assert outputs[0] == outputs[1]
+
+
+def test_a_unions_traffic_from_its_parts_is_its_traffic_from_its_nodes() -> None:
+    # fusion scores each candidate's union from what its two groups read and store
+    # (TrafficModel._union_traffic); a model that has seen neither group computes it from the
+    # union's nodes: the same bytes and the same stored buffers, in the same order
+    import random
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = F.layer_norm(x, (128,), w, b)
+        z = torch.softmax(y * 2, -1)
+        return z, (y + z).sum(0), x[:, ::2] * z[:, :64], torch.cumsum(z, -1)
+
+    args = (x64(), torch.randn(128), torch.randn(128))
+    gm = make_fx(fn, decomposition_table=decompositions.decomposition_table())(*args)
+    graph, _ = lowering.lower(gm, list(args), "g")
+    names = [n.name for n in graph.nodes]
+    rng = random.Random(0)
+    for _ in range(200):
+        picked = rng.sample(names, rng.randint(2, len(names)))
+        cut = rng.randint(1, len(picked) - 1)
+        a, b = picked[:cut], picked[cut:]
+        model, fresh = scheduler.TrafficModel(graph), scheduler.TrafficModel(graph)
+        saved = model.bytes_saved(a, b)
+        assert saved == sum(fresh.traffic(a)) + sum(fresh.traffic(b)) - sum(fresh.traffic(a + b))
+        assert model.traffic(a + b) == fresh.traffic(a + b)
+        assert [buf.name for buf in model.stored(a + b)] == [buf.name for buf in fresh.stored(a + b)]
