@@ -23,7 +23,13 @@ makes the same choice for such graphs, converted nothing (H100, torch 2.11, 2026
 Graph outputs that the user sees keep the layout eager gives them (a generated copy where it
 differs, fused into the kernel that computes the value); tensors a forward graph saves for its
 backward keep the channels-last layout, and the backward graph, compiled for the tensors it is
-handed, works in it too.
+handed, works in it too. A convolution's backward call gets its output gradient, input and
+weight channels-last from our copies, as the forward does (cuDNN would copy inside the call
+any of them that is not), and its bias gradient is a sum of ours (``graph.py``).
+
+The weights' copies run on every call of a graph that takes the weights as inputs; a 3x3
+weight, ``(K, C, 3, 3)`` into ``(K, 3, 3, C)``, is a transpose of ``C x 9`` blocks, tiled over
+the kernel's 9 positions (``codegen/pointwise.py``).
 """
 
 from __future__ import annotations
