@@ -11,12 +11,15 @@ Python functions that take the most time, from ``cProfile``.
 
     PYTHONPATH=. python -m benchmarks.profile --cases transformer.train,convnet.forward
 
-``--zoo`` names zoo models instead (their inference step at the real size in bf16, ``--batch`` and
-``--seq`` narrowing it); variants may then carry a mode (``fuse@reduce-overhead``), and kernels
-replayed inside a CUDA graph are listed as the profiler sees them:
+``--zoo`` names zoo models instead (their inference step at the real size in bf16, or with
+``--train`` their training step; ``--batch`` and ``--seq`` narrowing it); variants may then carry a
+mode (``fuse@reduce-overhead``), and kernels replayed inside a CUDA graph are listed as the
+profiler sees them. Each of fuse's kernels is shown against its floor (its bytes over the copy
+bandwidth measured in the same run, ``zoo/audit.py``):
 
     PYTHONPATH=. python -m benchmarks.profile --zoo tv_resnet50 --batch 1 \\
         --variants inductor@reduce-overhead,fuse@reduce-overhead --top 30
+    PYTHONPATH=. python -m benchmarks.profile --zoo sd_unet --train --variants eager,inductor,fuse --top 40
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from typing import Any, Sequence
 
 import torch
 
+import fusebackend
 from benchmarks import harness, memory_bound, models_bench
+from benchmarks.zoo import audit
 
 
 def kernel_times(step: Any, inputs: tuple[Any, ...], steps: int) -> dict[str, tuple[int, float]]:
@@ -74,23 +79,25 @@ def host_profile(step: Any, inputs: tuple[Any, ...], steps: int, top: int) -> No
         print("    " + ln[:150])
 
 
-def _zoo_steps(names: str, batch: int | None, seq: int | None, device: torch.device) -> Any:
-    """(name, setup) pairs for zoo models' inference steps, in the shape ``memory_bound``'s cases
-    give: ``setup()`` returns an object with ``make_inputs()`` and ``build(compiler)``."""
+def _zoo_steps(names: str, batch: int | None, seq: int | None, device: torch.device, train: bool = False) -> Any:
+    """(name, setup) pairs for zoo models' inference (or training) steps, in the shape
+    ``memory_bound``'s cases give: ``setup()`` returns an object with ``make_inputs()`` and
+    ``build(compiler)``."""
     from benchmarks.zoo.registry import ZOO
-    from benchmarks.zoo.run import _compiler, _inference_step
+    from benchmarks.zoo.run import _compiler, _inference_step, _train_step
     from benchmarks.zoo.spec import narrow
 
     class Work:
         def __init__(self, name: str) -> None:
             self.built = narrow(ZOO[name].build("real", device, torch.bfloat16), batch, seq)
-            self.built.model.eval()
+            self.built.model.train(train)
 
         def make_inputs(self) -> tuple[Any, ...]:
             return ()
 
         def build(self, variant: str) -> Any:
-            return _inference_step(self.built, _compiler(variant)(self.built.model))
+            make = _train_step if train else _inference_step
+            return make(self.built, _compiler(variant)(self.built.model))
 
     return {name: (lambda name=name: Work(name)) for name in names.split(",")}
 
@@ -99,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="", help="comma-separated names from memory_bound and models_bench")
     parser.add_argument("--zoo", default="", help="comma-separated zoo models (inference, real size, bf16)")
+    parser.add_argument("--train", action="store_true", help="--zoo: the models' training steps")
     parser.add_argument("--batch", type=int, default=None, help="--zoo: the batch size")
     parser.add_argument("--seq", type=int, default=None, help="--zoo: the sequence length")
     parser.add_argument("--variants", default="eager,inductor,fuse")
@@ -107,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", action="store_true", help="also time the host side and profile its Python")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
+    bandwidth = audit.copy_bandwidth(device)
     if args.zoo:
-        setups = _zoo_steps(args.zoo, args.batch, args.seq, device)
+        setups = _zoo_steps(args.zoo, args.batch, args.seq, device, args.train)
     else:
         every = {c.name: c for c in memory_bound.cases(device, small=False) + models_bench.cases(device, small=False)}
         setups = {name: every[name].setup for name in args.cases.split(",")}
@@ -116,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         work = setup()
         for variant in args.variants.split(","):
             torch._dynamo.reset()
+            fusebackend.dump.clear()
             torch.manual_seed(0)
             inputs = tuple(work.make_inputs())
             step = work.build(variant if args.zoo else harness.COMPILERS[variant])
@@ -124,9 +134,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             times = kernel_times(step, inputs, args.steps)
             total = sum(us for _, us in times.values())
             launches = sum(n for n, _ in times.values())
+            floors = audit.kernel_floors((k, src) for a in fusebackend.history() for k, src in a.kernels.items())
             print(f"\n{name} / {variant}: {total:.0f} us of kernels per step, {launches} launches")
             for kname, (n, us) in sorted(times.items(), key=lambda kv: -kv[1][1])[: args.top]:
-                print(f"  {us:9.1f} us  {n:3d}x  {kname[:110]}")
+                floor = floors.get(kname)
+                of = f"  {floor.floor_bytes / bandwidth * 1e6 / us:4.0%} of floor" if floor is not None and us else ""
+                print(f"  {us:9.1f} us  {n:3d}x{of}  {kname[:110]}")
             generated = {k: v for k, v in times.items() if k.startswith(("fused_", "triton_"))}
             gen_us, gen_n = sum(us for _, us in generated.values()), sum(n for n, _ in generated.values())
             print(f"  generated kernels {gen_us:.1f} us ({gen_n} launches); "
