@@ -79,3 +79,13 @@ def test_the_report_gives_the_audit_and_the_loss_by_cause() -> None:
 def test_generated_kernels_are_told_from_library_ones(name: str) -> None:
     profile = StepProfile({name: (1, 10.0), "void cutlass::Kernel2<...>": (1, 30.0)})
     assert profile.generated_us() == 10.0
+
+
+def test_kernels_of_two_graphs_with_one_name_share_a_floor() -> None:
+    # a training step's forward and backward both have a fused_pw4_clone, of different sources:
+    # two functions, shown under one name by the profiler, whose time is both kernels'
+    kernels = [_kernel("fused_pw4_clone", "x = 1", 1000, 1000), _kernel("fused_pw4_clone", "y = 2", 300, 300),
+               _kernel("fused_pw9_clone", "y = 2", 300, 300)]
+    floors = audit.kernel_floors(kernels)
+    assert floors["fused_pw4_clone"].floor_bytes == 2000 + 1200
+    assert floors["fused_pw9_clone"].floor_bytes == 1200  # its group's alone

@@ -92,17 +92,24 @@ def copy_bandwidth(device: torch.device, mib: int = 1024) -> float:
 
 def kernel_floors(kernels: Iterable[tuple[str, str]]) -> dict[str, KernelFloor]:
     """Each kernel name -> its group's floor, from ``(name, source)`` of every generated kernel
-    (``fusebackend.history()``'s)."""
+    (``fusebackend.history()``'s); a name that kernels of several groups carry (of two graphs),
+    all of theirs."""
     groups: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for name, source in kernels:
         found = _BYTES.search(source)
         if found is None:
             continue
         groups[kernel_identity(name, source)].append((name, int(found.group(1)) + int(found.group(2))))
-    out = {}
+    out: dict[str, KernelFloor] = {}
     for members in groups.values():
         floor = KernelFloor(tuple(n for n, _ in members), sum(b for _, b in members))
-        out.update({n: floor for n, _ in members})
+        for name, _ in members:
+            # kernels of two graphs (a training step's forward and backward) may share a name
+            # but not a source: the profiler shows both functions' launches under that name
+            known = out.get(name)
+            out[name] = floor if known is None or known is floor else KernelFloor(
+                known.names + tuple(n for n in floor.names if n not in known.names),
+                known.floor_bytes + floor.floor_bytes)
     return out
 
 
