@@ -38,7 +38,7 @@ from fusebackend.codegen.writer import LineWriter
 from fusebackend.kernels import runtime
 from fusebackend.sizevars import ceil_div, size_hint
 from fusebackend.scheduler import KernelPlan
-from fusebackend.scheduler.space import R, X, is_row_value, row_contiguous_reduction
+from fusebackend.scheduler.space import R, X, is_row_value, row_contiguous_reduction, step_along
 
 ROW = frozenset("x")
 FULL = frozenset("xr")
@@ -320,12 +320,7 @@ def _reads_across_rows(body: KernelBody) -> bool:
     reads the next element or the same one: the row's positions run down a column of that tensor
     (DeBERTa's position-to-content scores, gathered transposed). Gathers count by their static
     part."""
-    def step(offset: sympy.Expr, var: sympy.Symbol) -> int:
-        others = {v: sympy.Integer(0) for v in offset.free_symbols if v in (X, R) and v != var}
-        at = offset.xreplace(others)
-        return size_hint(at.xreplace({var: sympy.Integer(1)}) - at.xreplace({var: sympy.Integer(0)}))
-
-    return any(R in offset.free_symbols and step(offset, R) not in (0, 1) and step(offset, X) in (0, 1)
+    return any(R in offset.free_symbols and step_along(offset, R) not in (0, 1) and step_along(offset, X) in (0, 1)
                for _, offset in body.load_offsets)
 
 

@@ -279,11 +279,16 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             # the weight too: cuDNN would copy a weight that is not channels-last for a
             # channels-last input, on every call (a 3x3 one: ATen's clone, about 30 us of host
             # time a convolution on an H200 host); our copy is one launch of a generated kernel
-            args = (self.as_channels_last(args[0], "input"), self.as_channels_last(args[1], "weight"), *args[2:])
+            args = self._channels_last_args(args, ("input", "weight"))
         if target is aten.convolution.default and isinstance(args[2], TensorArg) and not kwargs:
             return self._convolution_then_bias(args)
         if target is aten.convolution_backward.default and not kwargs:
-            args = self._convolution_backward_inputs(args)
+            if self.channels_last:
+                # its output's gradient, input and weight, for the reason above: cuDNN copies any
+                # of them that is not channels-last, when the others are, inside the ATen call
+                # (Stable Diffusion's UNet, training, H100, bf16, 2026-11-27: 91 such copies,
+                # 2.0 ms of a 27 ms step); ours fuse into the kernels computing the gradients
+                args = self._channels_last_args(args, ("output gradient", "input", "weight"))
             if args[10][2]:
                 return self._convolution_backward_then_bias(args)
         try:
@@ -393,16 +398,9 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         out_meta = add(conv.meta, per_channel.meta)
         return self.lower_node(add, POINTWISE[add], (conv, per_channel), {}, out_meta, "a convolution's bias")
 
-    def _convolution_backward_inputs(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A convolution's backward arguments, its output's gradient, input and weight made
-        channels-last where the forward's were (layouts.py): cuDNN copies any of the three that
-        is not, when the others are, inside the ATen call (Stable Diffusion's UNet, training, H100,
-        bf16, 2026-11-27: 91 such copies, 2.0 ms of a 27 ms step). Ours fuse into the kernel
-        that computes the gradient; the weight's is a copy of its own, as in the forward."""
-        if not (self.channels_last and isinstance(args[1], TensorArg) and args[1].meta.dim() == 4):
-            return args
-        return (self.as_channels_last(args[0], "output gradient"), self.as_channels_last(args[1], "input"),
-                self.as_channels_last(args[2], "weight"), *args[3:])
+    def _channels_last_args(self, args: tuple[Any, ...], roles: tuple[str, ...]) -> tuple[Any, ...]:
+        """``args`` with its first ``len(roles)`` made channels-last (``as_channels_last``)."""
+        return (*(self.as_channels_last(a, role) for a, role in zip(args, roles)), *args[len(roles):])
 
     def _convolution_backward_then_bias(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """A convolution's backward whose bias gradient is asked for, as the ATen call for the

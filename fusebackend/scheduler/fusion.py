@@ -27,7 +27,7 @@ from fusebackend.inlining import substitute
 from fusebackend.scheduler.cost_model import SMALL_KERNEL_BYTES, TrafficModel, window_recompute
 from fusebackend.scheduler.groups import Groups
 from fusebackend.scheduler.ordering import live_profile, storage_bytes
-from fusebackend.scheduler.space import R, X, SpaceError, plan_space, row_contiguous_reduction
+from fusebackend.scheduler.space import R, SpaceError, plan_space, row_contiguous_reduction, step_along
 from fusebackend.scheduler.space_types import KernelSpace
 from fusebackend.sizevars import size_hint
 
@@ -136,16 +136,14 @@ def _stores_across_rows(nodes: list[ir.Node], stored: list[ir.Buffer], space: Ke
     if not isinstance(anchor, ir.Reduction) or size_hint(space.rnumel) <= 1:
         return None
     full = size_hint(space.xnumel) * size_hint(space.rnumel)
-    big = [b for b in stored if size_hint(b.numel) == full and full * b.dtype.itemsize >= SMALL_KERNEL_BYTES]
-    by_name = {n.buffer.name: n for n in nodes}
-    for buf in big:
-        subst = space.mapping.get(by_name[buf.name].name) if buf.name in by_name else None
-        if subst is None:
+    big = {b.name for b in stored if size_hint(b.numel) == full and full * b.dtype.itemsize >= SMALL_KERNEL_BYTES}
+    for node in nodes:
+        subst = space.mapping.get(node.name)
+        if node.buffer.name not in big or subst is None:
             continue
+        buf = node.buffer
         ivars = indexing.loop_vars("i", len(buf.sizes))
-        offset = sympy.sympify(indexing.ravel([subst[v] for v in ivars], buf.strides))
-        at = offset.xreplace({X: sympy.Integer(0)})
-        step = size_hint(at.xreplace({R: sympy.Integer(1)}) - at.xreplace({R: sympy.Integer(0)}))
+        step = step_along(sympy.sympify(indexing.ravel([subst[v] for v in ivars], buf.strides)), R)
         if step not in (0, 1) and row_contiguous_reduction(anchor, _read_through(anchor, nodes)):
             return (f"{buf.name} would be stored across the rows the reduction reads along (its positions "
                     f"{step} elements apart): one element per sector")

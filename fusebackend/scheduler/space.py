@@ -280,6 +280,14 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
             walk(node, space.mapping[node.name])
 
 
+def step_along(offset: sympy.Expr, var: sympy.Symbol) -> int:
+    """How far ``offset`` (in a kernel's ``xindex`` and ``rindex``) moves as ``var`` goes from 0 to
+    1, the other index at 0 (over symbolic sizes, at the sizes being compiled)."""
+    others = {v: sympy.Integer(0) for v in offset.free_symbols if v in (X, R) and v != var}
+    at = offset.xreplace(others)
+    return size_hint(at.xreplace({var: sympy.Integer(1)}) - at.xreplace({var: sympy.Integer(0)}))
+
+
 def row_contiguous_reduction(red: ir.Reduction, body: ir.Expr | None = None) -> bool:
     """Whether the reduction's largest input is contiguous along the reduced positions; with
     ``body``, its largest input in that body (``red``'s with producers inlined) instead."""
