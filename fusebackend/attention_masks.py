@@ -19,12 +19,24 @@ its device, and where its values prove it:
   ``-inf`` or the dtype's lowest value above the diagonal): the call gets no mask and
   ``is_causal=True``, the same top-left alignment.
 
-Anything else, or a mask that depends on an input, is left as the model wrote it.
-``metrics.attention_masks`` counts the calls changed, by what they became.
+A mask the same along the key dimension (its last dim of one element, or of stride 0: a
+per-query mask expanded over the keys), whatever its values and wherever it comes from, adds one
+value to each row of scores. Softmax ignores it, except where the row is masked whole, which the
+math path's safe softmax turns into a row of zeros. Such a call gets no mask, and its output rows
+are zeroed where the mask drops them (``keep_rows``). Masks cross graph breaks this way: wav2vec
+2.0's encoder, in transformers 5.17 with torch 2.11, breaks after building its all-true mask, so
+each layer's attention took it as a graph input, (8, 1, 499, 499) bool of strides (0, 499, 1, 0),
+and ran the math path: six fp32 products a layer, 6.7 ms of a 63 ms training step under fuse and
+Inductor alike, slower than eager, which passes no mask (H100, 2026-11-28). The strides are the
+graph input's, which Dynamo's guards fix.
+
+Anything else is left as the model wrote it. ``metrics.attention_masks`` counts the calls
+changed, by what they became (``none``, ``causal``, ``rows``).
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -45,13 +57,17 @@ def _too_large(node: torch.fx.Node) -> bool:
 
 def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
     """Rewrite the SDPA calls of Dynamo's graph ``gm`` whose mask is a constant that masks
-    nothing or is causal (module docstring); returns how many calls changed."""
+    nothing or is causal, or is the same along the keys (module docstring); returns how many
+    calls changed."""
     changed = 0
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _SDPA:
             continue
         mask = _mask_arg(node)
         if not isinstance(mask, torch.fx.Node):
+            continue
+        if keep_rows(node, mask):
+            changed += 1
             continue
         producers = constant_ancestry(mask, attributes=False)  # a get_attr may be a buffer that changes
         if producers is None or any(_too_large(n) for n in producers):
@@ -72,6 +88,41 @@ def drop_constant_masks(gm: torch.fx.GraphModule) -> int:
     if changed:
         gm.recompile()
     return changed
+
+
+def keep_rows(sdpa: torch.fx.Node, mask: torch.fx.Node) -> bool:
+    """Where ``mask`` is the same along the keys, call ``sdpa`` without it and zero the output
+    rows it drops whole (module docstring); whether it did."""
+    example, query, key = _example(mask), *(_example(sdpa.args[i] if len(sdpa.args) > i else None) for i in (0, 1))
+    if example is None or query is None or key is None or example.dim() < 1 or example.requires_grad:
+        return False
+    if not (example.dtype == torch.bool or example.is_floating_point()):
+        return False
+    length, stride = example.shape[-1], example.stride()[-1]
+    if not (isinstance(length, int) and isinstance(stride, int) and (length == 1 or stride == 0)):
+        return False  # a symbolic size or stride: not known to hold on every call
+    scores = (*query.shape[:-1], key.shape[-2])
+    try:
+        if tuple(torch.broadcast_shapes(tuple(example.shape), scores)) != scores:
+            return False
+    except RuntimeError:
+        return False
+    if sdpa.kwargs.get("is_causal", sdpa.args[5] if len(sdpa.args) > 5 else False) is not False:
+        return False
+    graph = sdpa.graph
+    with graph.inserting_before(sdpa):
+        rows = graph.call_function(operator.getitem, (mask, (Ellipsis, slice(None, 1))))
+    _set_mask(sdpa, None)
+    with graph.inserting_before(sdpa.next):
+        if example.dtype == torch.bool:
+            zeroed = graph.call_function(torch.where, (rows, sdpa, 0.0))
+        else:  # an additive mask: a row of -inf is dropped, one of NaN or +inf is NaN, as in softmax
+            nan = graph.call_function(operator.mul, (rows, float("nan")))  # in the mask's dtype
+            dropped = graph.call_function(torch.where, (graph.call_function(operator.eq, (rows, float("-inf"))), 0.0, nan))
+            zeroed = graph.call_function(torch.where, (graph.call_function(torch.isfinite, (rows,)), sdpa, dropped))
+    sdpa.replace_all_uses_with(zeroed, delete_user_cb=lambda user: user is not zeroed)
+    metrics.attention_masks["rows"] += 1
+    return True
 
 
 def _mask_arg(node: torch.fx.Node) -> Any:

@@ -8,9 +8,9 @@
   AOTAutograd's cache (``aot_cache.py``), not traced again;
 - ``fallbacks``: ATen ops left as extern calls, by op name;
 - ``eager_graphs``: whole graphs run eagerly after a failure;
-- ``attention_masks``: attention calls whose mask was a constant of the graph and was dropped,
-  by what the call became: ``none`` (the mask masked nothing) or ``causal`` (``is_causal=True``)
-  (``attention_masks.py``);
+- ``attention_masks``: attention calls whose mask was dropped, by what the call became: ``none``
+  (a constant mask that masked nothing), ``causal`` (``is_causal=True``) or ``rows`` (a mask the
+  same along the keys: its dropped rows zeroed after the call) (``attention_masks.py``);
 - ``stage_seconds``: compile time by stage: ``dynamo`` (Dynamo's tracing of the Python, less
   the time in this backend), ``aot`` (AOTAutograd's tracing, decomposition and partition),
   ``cache`` (the cache key and looking up the entry), ``lower``, ``verify``, ``schedule``,

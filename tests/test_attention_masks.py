@@ -137,3 +137,59 @@ def test_a_causal_mask_in_training_matches_eager_gradients() -> None:
         torch.testing.assert_close(got, want)
     assert fusebackend.metrics.attention_masks == {"causal": 1}
     assert fusebackend.metrics.eager_graphs == 0
+
+
+def _row_mask(kind: str, batch: int, length: int) -> torch.Tensor:
+    """A mask the same along the keys, dropping query 2 of the first sample: ``expanded`` a
+    boolean (batch, 1, length, 1) expanded over the keys (stride 0, as one crosses a graph
+    break), ``column`` the same unexpanded, ``additive`` a float one of -inf and 1.5."""
+    keep = torch.ones(batch, 1, length, 1, dtype=torch.bool)
+    keep[0, 0, 2] = False
+    if kind == "expanded":
+        return keep.expand(batch, 1, length, length)
+    if kind == "column":
+        return keep
+    return torch.where(keep, 1.5, float("-inf")).expand(batch, 1, length, length)
+
+
+def masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.4) * 2
+
+
+@pytest.mark.parametrize("kind", ["expanded", "column", "additive"])
+def test_a_mask_the_same_along_the_keys_leaves_the_call_and_zeroes_its_rows(kind: str) -> None:
+    q, k, v = _qkv(length=6)
+    mask = _row_mask(kind, 2, 6)
+    assert _sdpa_calls(masked, q, k, v, mask) == [{"mask": None, "is_causal": False}]
+    fusebackend.metrics.reset()
+    torch._dynamo.reset()
+    out = check(masked, q, k, v, mask)
+    assert fusebackend.metrics.attention_masks == {"rows": 1}
+    assert out[0, :, 2].eq(0).all() and out[1, :, 2].ne(0).any()  # the dropped row is zeros, as in eager
+
+
+def test_a_row_mask_in_bf16_keeps_the_dtype_and_nan_rows() -> None:
+    q, k, v = _qkv(length=5, dtype=torch.bfloat16)
+    mask = torch.zeros(2, 1, 5, 1, dtype=torch.bfloat16)
+    mask[0, 0, 1], mask[1, 0, 3], mask[1, 0, 4] = float("nan"), float("inf"), float("-inf")
+    fusebackend.metrics.reset()
+    torch._dynamo.reset()
+    out = check(masked, q, k, v, mask.expand(2, 1, 5, 5))
+    assert out.dtype == torch.bfloat16
+    assert out[0, :, 1].isnan().all() and out[1, :, 3].isnan().all() and out[1, :, 4].eq(0).all()
+    assert fusebackend.metrics.attention_masks == {"rows": 1}
+
+
+def test_a_row_mask_in_training_matches_eager_gradients() -> None:
+    q, k, v = (t.requires_grad_() for t in _qkv(length=6))
+    mask = _row_mask("expanded", 2, 6)
+    fusebackend.metrics.reset()
+    torch._dynamo.reset()
+    compiled = torch.compile(masked, backend=fusebackend.fuse)
+    grads = torch.autograd.grad(compiled(q, k, v, mask).square().sum(), (q, k, v))
+    expected = torch.autograd.grad(masked(q, k, v, mask).square().sum(), (q, k, v))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+    assert grads[0][0, :, 2].eq(0).all()
+    assert fusebackend.metrics.attention_masks == {"rows": 1}
+    assert fusebackend.metrics.eager_graphs == 0
