@@ -90,6 +90,11 @@ class Config:
     # "auto" makes them channels-last on a GPU, where cuDNN's fast kernels want it; "channels_last"
     # does so on every device; "keep" leaves every tensor in the layout eager gives it.
     conv_layout: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_CONV_LAYOUT", "auto"))
+    # FUSE_GROUPED_CONV1D: grouped 1-d convolutions of many taps (lowering/convolutions.py,
+    # ``gemm_taps``): "auto" makes them batched products over gathered windows on a GPU, where
+    # cuDNN's kernels for them are slow; "gemm" does so on every device and at any tap count (for
+    # the tests on the CPU); "cudnn" leaves every one to ATen.
+    grouped_conv1d: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_GROUPED_CONV1D", "auto"))
     # FUSE_PAD_MM: matrix products whose output rows are not 16-byte aligned (lowering/matmuls.py):
     # "auto" pads them on a GPU in half precision where the product is large; "always" pads every
     # one (any device, dtype, size); "never" leaves them to cuBLAS as they are.

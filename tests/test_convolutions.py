@@ -207,3 +207,94 @@ def test_training_through_depthwise_and_squeeze_excitation() -> None:
         assert ours <= 4 * eager_error + 1e-5, (ours, eager_error)
         assert_same(p.grad, e.grad, atol=1e-4, rtol=1e-4)
     assert fusebackend.metrics.eager_graphs == 0
+
+
+# ------------------------------------------------------------ grouped 1-d convolutions as products
+
+
+class PositionalConv(nn.Module):
+    """wav2vec 2.0's positional convolution, small: grouped, many taps, padded by half of them,
+    the last position dropped (its even kernel), then a GELU."""
+
+    def __init__(self, channels: int = 12, groups: int = 3, taps: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, taps, padding=taps // 2, groups=groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.gelu(self.conv(x.transpose(1, 2))[:, :, :-1]).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", [
+    # (input sizes, weight sizes, padding, dilation, bias, groups)
+    ((2, 8, 13), (12, 2, 4), 3, 2, True, 4),  # three output channels per group, dilated
+    ((3, 6, 7), (6, 3, 5), 0, 1, False, 2),  # no padding
+    ((1, 4, 3), (4, 2, 9), 4, 1, True, 2),  # windows wider than the input: mostly padding
+], ids=["dilated", "valid", "wide"])
+def test_a_grouped_1d_convolution_is_a_batched_product(case: tuple[Any, ...], dtype: torch.dtype) -> None:
+    sizes, wsizes, padding, dilation, with_bias, groups = case
+    torch.manual_seed(0)
+    x = torch.randn(sizes, dtype=dtype)
+    w = torch.randn(wsizes, dtype=dtype)
+    b = torch.randn(wsizes[0], dtype=dtype) if with_bias else None
+    with fusebackend.config.patch(grouped_conv1d="gemm"):
+        check(lambda x: torch.relu(F.conv1d(x, w, b, 1, padding, dilation, groups)), x)
+    assert fallbacks() == {"bmm": 1}  # the windows, then the bias and ReLU, around one product
+    assert kernel_count() == 2
+    gather, after = sorted(kernels().values(), key=len)
+    assert "fused_pw" in gather or "fused_pw" in after
+
+
+def test_a_grouped_1d_convolution_of_a_transposed_input() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 11, 6).transpose(1, 2)  # [N, C, L] with the channels contiguous
+    w, b = torch.randn(9, 2, 6), torch.randn(9)
+    with fusebackend.config.patch(grouped_conv1d="gemm"):
+        check(lambda x: F.conv1d(x, w, b, padding=3, groups=3), x)
+    assert fallbacks() == {"bmm": 1}
+
+
+@pytest.mark.parametrize("why, kwargs", [
+    ("strided", dict(stride=2, groups=2)),
+    ("ungrouped", dict(groups=1)),
+    ("depthwise", dict(groups=4)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_other_1d_convolutions_stay_cudnns(why: str, kwargs: dict[str, int]) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 12)
+    w = torch.randn(4, 4 // kwargs["groups"], 5)
+    with fusebackend.config.patch(grouped_conv1d="gemm"):
+        check(lambda x: F.conv1d(x, w, padding=2, **kwargs) * 2, x)
+    assert "bmm" not in fallbacks(), why
+
+
+def test_auto_makes_products_on_a_gpu_only() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 40)
+    w = torch.randn(8, 2, convolutions.MIN_GEMM_TAPS)
+    check(lambda x: F.conv1d(x, w, padding=4, groups=4), x)
+    assert fallbacks() == {"convolution": 1}  # the CPU: cuDNN's rule does not apply
+
+
+def test_training_through_a_grouped_1d_convolution() -> None:
+    """Every gradient as eager's, and as close to a float64 copy's as eager's is; the backward
+    is products and our kernels, no convolution call."""
+    torch.manual_seed(0)
+    block = PositionalConv()
+    reference = PositionalConv().double()
+    reference.load_state_dict(block.state_dict())
+    eager = PositionalConv()
+    eager.load_state_dict(block.state_dict())
+    x = torch.randn(2, 10, 12)
+    xs = [x.clone().requires_grad_() for _ in range(2)] + [x.double().requires_grad_()]
+    with fusebackend.config.patch(grouped_conv1d="gemm"):
+        compile_fn(block)(xs[0]).square().sum().backward()
+    eager(xs[1]).square().sum().backward()
+    reference(xs[2]).square().sum().backward()
+    pairs = [(p.grad, e.grad, r.grad) for p, e, r in zip(block.parameters(), eager.parameters(), reference.parameters())]
+    for ours, theirs, exact in pairs + [(xs[0].grad, xs[1].grad, xs[2].grad)]:
+        eager_error = (theirs.double() - exact).abs().max().item()
+        error = (ours.double() - exact).abs().max().item()
+        assert error <= 4 * eager_error + 1e-5, (error, eager_error)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert fallbacks() == {"bmm": 3}  # forward; the weight's and the input's gradients

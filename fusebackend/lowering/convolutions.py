@@ -30,8 +30,22 @@ time); a launch of a generated kernel costs a few. On the GPU the squeeze-and-ex
 took 5.6-7.8 us each through cuDNN.
 
 The sums are in fp32 (fp64 for fp64 inputs) and rounded once, to the output's dtype: closer to
-the exact value than eager's, which rounds the convolution before adding its bias. Integer,
-transposed and other grouped convolutions stay ATen calls.
+the exact value than eager's, which rounds the convolution before adding its bias.
+
+A third kind is faster as cuBLAS products than as cuDNN's kernels: **grouped 1-d convolutions of
+many taps** (``gemm_taps``). wav2vec 2.0's and HuBERT's positional convolution (768 channels in 16
+groups, 128 taps, padding 64, over b8 x 499 frames, bf16) took cuDNN 13.2 ms forward and 14.2
+ms forward and backward, in legacy kernels (``implicit_convolve_sgemm``, one launch per
+group), whatever the layout or ``cudnn.benchmark``, where gathering each group's windows into a
+``[frames, channels x taps]`` matrix and multiplying by the weight, ``[channels x taps, out]``,
+took 1.4 and 4.6 ms as eager ATen ops (H100, torch 2.11, 2026-11-28): 35% of the model's
+training step was that convolution. Here the gathered windows (``_windows``) are a pointwise
+node, the product a ``bmm`` over the groups, the bias and the output's layout a pointwise node
+after it; the backward gathers again for the weight's gradient (the forward saves the input, not
+the windows), multiplies the output's gradient by the weight, and sums each input position's
+taps back (``_fold``). The gathered matrix is ``taps`` times the input: a convolution whose
+matrix would exceed ``MAX_WINDOWS_BYTES`` stays cuDNN's. Integer, transposed, strided and other
+grouped convolutions stay ATen calls.
 """
 
 from __future__ import annotations
@@ -42,19 +56,24 @@ from typing import Any
 import sympy
 import torch
 
-from fusebackend import ir
+from fusebackend import ir, sizevars
+from fusebackend.config import config
 from fusebackend.indexing import FloorDiv
 from fusebackend.kernels import runtime
 from fusebackend.lowering import layouts
 from fusebackend.ir import Expr, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite
-from fusebackend.lowering.windows import expand, masked, ranges_of, spatial_load, taps, total, windows_of
+from fusebackend.lowering.windows import (Window, clamped, expand, in_range, masked, ranges_of, spatial_load, taps, total,
+                                          windows_of)
 
 aten = torch.ops.aten
 
 MAX_DEPTHWISE_TAPS = 25  # up to 5x5 windows
 MAX_POINT_MACS = 1 << 24  # N * C * O: a squeeze-and-excitation layer of MobileNetV3 is 64 * 960 * 240
+GROUPED_CONV1D_MODES = ("auto", "gemm", "cudnn")
+MIN_GEMM_TAPS = 32  # with ``auto``, the fewest taps of a grouped 1-d convolution made products
+MAX_WINDOWS_BYTES = 1 << 30  # the largest gathered windows matrix (wav2vec 2.0's, b8: 786 MB)
 
 
 @register_composite(aten.convolution.default)
@@ -77,7 +96,163 @@ def convolution(b: GraphLowering, input: TensorArg, weight: TensorArg, bias: Ten
     if groups == 1 and all(s == 1 for s in input.sizes[2:]) and all(k == 1 for k in weight.sizes[2:]) \
             and all(p == 0 for p in expand(padding, nd, "padding")):
         return _point_product(b, input, weight, bias)
+    window = gemm_taps(b.device, input, weight, b.out_meta, stride, padding, dilation, groups)
+    if window is not None:
+        return _grouped_products(b, input, weight, bias, window, groups)
     raise Unsupported("a convolution for cuDNN")
+
+
+@register_composite(aten.convolution_backward.default)
+def convolution_backward(b: GraphLowering, grad_output: TensorArg, input: TensorArg, weight: TensorArg,
+                         bias_sizes: Any, stride: Any, padding: Any, dilation: Any, transposed: bool,
+                         output_padding: Any, groups: int, output_mask: Any) -> tuple[Any, ...]:
+    """The backward of a convolution made products (``gemm_taps``); every other one declines to
+    the ATen call (``graph.py`` prepares it)."""
+    if transposed or not all(isinstance(t, TensorArg) for t in (grad_output, input, weight)):
+        raise Unsupported("a convolution for cuDNN")
+    if grad_output.dtype != input.dtype or input.dtype != weight.dtype:
+        raise Unsupported("a convolution of mixed dtypes")
+    window = gemm_taps(b.device, input, weight, grad_output.meta, stride, padding, dilation, groups)
+    if window is None:
+        raise Unsupported("a convolution for cuDNN")
+    out_meta = b.out_meta
+    grad_input = grad_weight = grad_bias = None
+    gy = _per_group_rows(b, grad_output, groups)  # [G, N * L_out, O / G]
+    if output_mask[1]:
+        windows = _windows(b, input, window, groups)
+        g, rows, og = gy.sizes
+        gyt = TensorArg(ir.View(gy.view.buffer, (g, og, rows), (gy.view.strides[0], 1, og), gy.view.offset),
+                        gy.meta.transpose(1, 2))
+        products = _bmm(b, gyt, windows, "a grouped convolution's weight gradient")  # [G, O / G, C / G * K]
+        grad_weight = b.view((products,), products.meta.view(tuple(weight.sizes)))
+    if output_mask[0]:
+        w = _weight_rows(b, weight, groups)  # [G, O / G, C / G * K]
+        columns = _bmm(b, gy, w, "a grouped convolution's input gradient, by window")  # [G, N * L_out, C / G * K]
+        grad_input = _fold(b, columns, input, window, groups)
+    if output_mask[2]:
+        total = aten.sum.dim_IntList
+        grad_bias = b._composite(total, (grad_output, [0, 2]), {}, total(grad_output.meta, [0, 2]))
+    b.out_meta = out_meta
+    return (grad_input, grad_weight, grad_bias)
+
+
+def gemm_taps(device: torch.device, x: TensorArg, weight: TensorArg, out_meta: torch.Tensor, stride: Any,
+              padding: Any, dilation: Any, groups: int) -> Window | None:
+    """The window of a grouped 1-d convolution to make products (module docstring), or None
+    where it stays cuDNN's (``config.grouped_conv1d``)."""
+    mode = config.grouped_conv1d
+    if mode not in GROUPED_CONV1D_MODES:
+        raise ValueError(f"FUSE_GROUPED_CONV1D={mode!r}: choose from {', '.join(GROUPED_CONV1D_MODES)}")
+    if mode == "cudnn" or (mode == "auto" and device.type != "cuda"):
+        return None
+    if len(x.sizes) != 3 or len(weight.sizes) != 3 or not x.dtype.is_floating_point or x.dtype.is_complex:
+        return None
+    if sizevars.symbolic(tuple(x.sizes) + tuple(weight.sizes)) or out_meta.numel() == 0:
+        return None
+    channels, out_channels, taps_ = x.sizes[1], weight.sizes[0], weight.sizes[2]
+    if not 1 < groups < channels or channels % groups or out_channels % groups or weight.sizes[1] != channels // groups:
+        return None  # ungrouped, or depthwise (``_depthwise``)
+    if mode == "auto" and taps_ < MIN_GEMM_TAPS:
+        return None
+    (window,) = windows_of(x, tuple(out_meta.shape), 1, [taps_], stride, padding, dilation)
+    if window.stride != 1:
+        return None
+    if x.sizes[0] * window.out_size * channels * taps_ * x.dtype.itemsize > MAX_WINDOWS_BYTES:
+        return None
+    return window
+
+
+def _windows(b: GraphLowering, x: TensorArg, window: Window, groups: int) -> TensorArg:
+    """Each group's windows of ``x`` [N, C, L] as a matrix, [G, N * L_out, C / G * K]: row (n, l)
+    holds the group's channels' taps around output position l, zeros in the padding."""
+    n, channels, _ = x.sizes
+    cg, k, lout = channels // groups, window.kernel, window.out_size
+
+    def body(ctx: LoweringContext) -> Expr:
+        g, i, l, c, j = ctx.vars
+        ranges = ranges_of(ctx)
+        at = window.start(l) + j * window.dilation
+        valid = in_range(at, 0, window.in_size, ranges)
+        if valid is False:
+            return ir.Constant(0.0, x.dtype)
+        return masked(valid, ir.Load(x.view, (i, g * cg + c, clamped(at, window.in_size, ranges))), 0.0)
+
+    gathered = b.pointwise((groups, n, lout, cg, k), x.dtype, body)
+    return b.view((gathered,), gathered.meta.view(groups, n * lout, cg * k))
+
+
+def _weight_rows(b: GraphLowering, weight: TensorArg, groups: int) -> TensorArg:
+    """The weight [O, C / G, K] as [G, O / G, C / G * K], copied where it is not contiguous."""
+    if not weight.meta.is_contiguous():
+        weight = b.pointwise(tuple(weight.sizes), weight.dtype, lambda ctx: ctx.load(weight))
+    o, cg, k = weight.sizes
+    return b.view((weight,), weight.meta.view(groups, o // groups, cg * k))
+
+
+def _per_group_rows(b: GraphLowering, y: TensorArg, groups: int) -> TensorArg:
+    """An output (or its gradient) [N, O, L_out] as [G, N * L_out, O / G]."""
+    n, o, lout = y.sizes
+    og = o // groups
+    rows = b.pointwise((groups, n, lout, og), y.dtype, lambda ctx: ir.Load(
+        y.view, (ctx.vars[1], ctx.vars[0] * og + ctx.vars[3], ctx.vars[2])))
+    return b.view((rows,), rows.meta.view(groups, n * lout, og))
+
+
+def _bmm(b: GraphLowering, first: TensorArg, second: TensorArg, why: str) -> TensorArg:
+    bmm = aten.bmm.default
+    return b.extern(bmm, (first, second), {}, bmm(first.meta, second.meta), reason=why)
+
+
+def _grouped_products(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorArg | None, window: Window,
+                      groups: int) -> TensorArg:
+    """``conv1d(x, weight, bias, groups=G)`` as ``bmm(windows, weight rows transposed)``, then
+    the bias and the output's [N, O, L_out] layout in one pointwise node."""
+    meta = b.out_meta
+    n, o, lout = meta.shape
+    og = o // groups
+    w = _weight_rows(b, weight, groups)
+    g_, og_, ck = w.sizes
+    wt = TensorArg(ir.View(w.view.buffer, (g_, ck, og_), (w.view.strides[0], 1, ck), w.view.offset), w.meta.transpose(1, 2))
+    products = _bmm(b, _windows(b, x, window, groups), wt, "a grouped convolution, by window")  # [G, N * L_out, O / G]
+    acc = ir.compute_dtype(x.dtype)
+
+    def body(ctx: LoweringContext) -> Expr:
+        i, g, c, l = ctx.vars
+        out = cast(ir.Load(products.view, (g, i * lout + l, c)), acc)
+        if bias is not None:
+            out = op("add", out, cast(ir.Load(bias.view, (g * og + c,)), acc))
+        return out
+
+    result = b.pointwise((n, groups, og, lout), meta.dtype, body)
+    return b.view((result,), result.meta.view(n, o, lout))
+
+
+def _fold(b: GraphLowering, columns: TensorArg, x: TensorArg, window: Window, groups: int) -> TensorArg:
+    """The input's gradient [N, C, L] from the windows' gradient ``columns`` [G, N * L_out,
+    C / G * K]: each input position sums the taps of the windows that read it, a reduction over
+    the K taps (stride 1: output position ``l = t + padding - j * dilation`` reads it at tap
+    ``j``)."""
+    n, channels, length = x.sizes
+    cg, k, lout = channels // groups, window.kernel, window.out_size
+    acc = ir.compute_dtype(x.dtype)
+    cols = columns.view
+    # the reduction's domain [N, G, C / G, L, K], over the windows' gradient
+    domain = TensorArg(ir.View(cols.buffer, (n, groups, cg, length, k), (lout * cg * k, n * lout * cg * k, k, cg * k, 1),
+                               cols.offset),
+                       torch.empty((n, groups, cg, length, k), dtype=x.dtype, device="meta"))
+
+    def body(ctx: LoweringContext) -> Expr:
+        i, g, c, t, j = ctx.vars
+        ranges = ranges_of(ctx)
+        at = t + window.padding - j * window.dilation
+        valid = in_range(at, 0, lout, ranges)
+        if valid is False:
+            return ir.Constant(0.0, acc)
+        row = i * lout + clamped(at, lout, ranges)
+        return masked(valid, cast(ir.Load(cols, (g, row, c * k + j)), acc), 0.0)
+
+    sums = b.reduce(domain, [4], False, "sum", x.dtype, body)
+    return b.view((sums,), sums.meta.view(n, channels, length))
 
 
 def _depthwise(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorArg | None, nd: int, stride: Any,

@@ -56,7 +56,7 @@ aten = torch.ops.aten
 # Ops whose composite lowering (convolutions.py: depthwise and one-position convolutions) is tried
 # before the ATen call's preparations (its input made channels-last for cuDNN, its bias split off);
 # where it declines, the op is an ATen call.
-OWN_FIRST = (aten.convolution.default,)
+OWN_FIRST = (aten.convolution.default, aten.convolution_backward.default)
 # AOTAutograd's effect tokens made and consumed inside the graph (``unlift_effect_tokens``, which
 # fuse sets as Inductor does: backend.py)
 _TOKEN_OPS = (torch.ops.prims._make_token.default, torch.ops.prims._sink_tokens.default)
