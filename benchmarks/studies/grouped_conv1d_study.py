@@ -30,7 +30,7 @@ def _case(channels: int, groups: int, taps: int, batch: int, frames: int, mode: 
     if mode != "eager":
         torch._dynamo.reset()
         with fusebackend.config.patch(grouped_conv1d=mode):
-            fn = torch.compile(conv, backend="fuse")
+            fn = torch.compile(conv, backend=fusebackend.fuse)
             expected = conv(x)
             got = fn(x)
         torch.testing.assert_close(got, expected, atol=0.05, rtol=0.05)
