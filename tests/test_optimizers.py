@@ -179,3 +179,34 @@ def test_a_whole_training_step_compiled_matches_eager(mode: str | None) -> None:
     assert {"forward", "backward", "inference"} <= set(names), names
     step_graph = next(a for a in fusebackend.history() if a.name.startswith("inference"))
     assert step_graph.schedule.count("(into input") == 24  # 6 parameters, their two moments and step counts
+
+
+def test_a_learning_rate_schedule_over_a_tensor_learning_rate_compiles_once() -> None:
+    # PyTorch's advice for compiled steps: a tensor learning rate (capturable=True), which a
+    # scheduler updates in place, so the compiled step reads it and no guard sees it change
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = _model()
+    twin = copy.deepcopy(model)
+    x = torch.randn(16, 12)
+    # eager's twin takes the rate as a float: capturable steps run eagerly only on a GPU
+    opts = [torch.optim.AdamW(model.parameters(), lr=torch.tensor(0.02), foreach=True, capturable=True),
+            torch.optim.AdamW(twin.parameters(), lr=0.02, foreach=True)]
+    schedules = [torch.optim.lr_scheduler.LinearLR(o, start_factor=1.0, end_factor=0.1, total_iters=12)
+                 for o in opts]
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(opts[0].step, backend="fuse")
+    for _ in range(12):
+        for m, o, sched, run in zip((model, twin), opts, schedules, (step, opts[1].step)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            run()
+            sched.step()
+    for got, want in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert float(opts[0].param_groups[0]["lr"]) == pytest.approx(0.002)  # the schedule ran to its end
+    assert counters["stats"]["unique_graphs"] == 1  # the step compiled once, for all twelve rates
+    assert not counters["recompiles"]
+    assert fusebackend.metrics.eager_graphs == 0
