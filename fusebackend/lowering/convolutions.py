@@ -227,7 +227,10 @@ def _bmm(b: GraphLowering, first: TensorArg, second: TensorArg, why: str) -> Ten
 def _grouped_products(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: TensorArg | None, window: Window,
                       groups: int) -> TensorArg:
     """``conv1d(x, weight, bias, groups=G)`` as ``bmm(windows, weight rows transposed)``, then
-    the bias and the output's [N, O, L_out] layout in one pointwise node."""
+    the bias in one pointwise node, which stores the [N, O, L_out] output channels fastest (its
+    memory [N, L_out, O]): it reads the product's rows along, and wav2vec 2.0 reads the output
+    transposed, [N, L_out, O], for a layer norm over the channels (stored [N, O, L_out], that
+    norm read each row 500 elements apart)."""
     meta = b.out_meta
     n, o, lout = meta.shape
     og = o // groups
@@ -238,14 +241,14 @@ def _grouped_products(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: T
     acc = ir.compute_dtype(x.dtype)
 
     def body(ctx: LoweringContext) -> Expr:
-        i, g, c, l = ctx.vars
+        i, l, g, c = ctx.vars
         out = cast(ir.Load(products.view, (g, i * lout + l, c)), acc)
         if bias is not None:
             out = op("add", out, cast(ir.Load(bias.view, (g * og + c,)), acc))
         return out
 
-    result = b.pointwise((n, groups, og, lout), meta.dtype, body)
-    return b.view((result,), result.meta.view(n, o, lout))
+    result = b.pointwise((n, lout, groups, og), meta.dtype, body)
+    return b.view((result,), result.meta.view(n, lout, o).transpose(1, 2))
 
 
 def _fold(b: GraphLowering, columns: TensorArg, x: TensorArg, window: Window, groups: int) -> TensorArg:
