@@ -260,6 +260,38 @@ def test_upsample_keeps_the_op_whole_in_both_graphs() -> None:
     assert source.count("tl.load(") == 5 and "tl.where" not in source
 
 
+@pytest.mark.parametrize("shape, args", [
+    ((2, 3, 5, 4), dict(scale_factor=8, mode="bilinear")),
+    ((1, 2, 7, 6), dict(scale_factor=4, mode="bilinear", align_corners=True)),
+    ((2, 3, 5, 4), dict(size=(37, 29), mode="bilinear")),
+    ((1, 2, 3, 4, 5), dict(scale_factor=4, mode="trilinear")),
+], ids=["bilinear_x8", "bilinear_aligned_x4", "bilinear_to_37x29", "trilinear_x4"])
+def test_a_large_upsampling_gradient_is_summed_one_dim_at_a_time(shape: tuple[int, ...], args: dict[str, Any]) -> None:
+    # a window of more than SEPARABLE_TAPS positions over all dims: a reduction per dim (each
+    # looping over its own window), not one node unrolling the product of the windows
+    check_backward(lambda x: F.interpolate(x, **args), torch.randn(shape))
+    backward = fusebackend.history()[-1]
+    nd = len(shape) - 2
+    reductions = [src for name, src in backward.kernels.items() if "upsample" in name and name.startswith("fused_red")]
+    assert len(reductions) == nd, list(backward.kernels)
+    assert all(src.count("tl.load(") <= 2 for src in reductions)
+
+
+def test_a_large_channels_last_upsampling_gradient_is_summed_one_dim_at_a_time() -> None:
+    # Segformer's decoder upsamples channels-last features: each pass stored channels-last too
+    check_backward(lambda x: F.interpolate(x, scale_factor=8, mode="bilinear") * 2,
+                   make(torch.float32, channels_last=True, shape=(2, 5, 4, 3)))
+    backward = fusebackend.history()[-1]
+    assert sum(1 for name in backward.kernels if name.startswith("fused_red")) == 2, list(backward.kernels)
+
+
+def test_a_large_bf16_upsampling_gradient_sums_in_fp32_between_dims() -> None:
+    check_backward(lambda x: F.interpolate(x, scale_factor=8, mode="bilinear"), torch.randn(2, 3, 5, 4).bfloat16())
+    backward = fusebackend.history()[-1]
+    assert backward.kernel_count == 2
+    assert "torch.float32" in backward.wrapper  # the sum over the last dim, kept in fp32 for the next
+
+
 # ----------------------------------------------------------------------------------- fusion
 
 

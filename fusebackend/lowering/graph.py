@@ -53,9 +53,9 @@ from fusebackend.provenance import source_name
 
 aten = torch.ops.aten
 
-# Ops whose composite lowering (convolutions.py: depthwise and one-position convolutions) is tried
-# before the ATen call's preparations (its input made channels-last for cuDNN, its bias split off);
-# where it declines, the op is an ATen call.
+# Ops whose composite lowering (convolutions.py: depthwise, one-position and grouped 1-d
+# convolutions) is tried before the ATen call's preparations (its input made channels-last for
+# cuDNN, its bias split off); where it declines, the op is an ATen call.
 OWN_FIRST = (aten.convolution.default, aten.convolution_backward.default)
 # AOTAutograd's effect tokens made and consumed inside the graph (``unlift_effect_tokens``, which
 # fuse sets as Inductor does: backend.py)
