@@ -398,10 +398,10 @@ def separable_backward(b: GraphLowering, grad_output: TensorArg, axes: Sequence[
     a tensor of the input's size there and the output's elsewhere (in fp32), then each earlier
     dim, each pass stored in ``memory_order`` (the result's dims, slowest first). Each pass is a reduction over the window of its dim (``_dim_backward``), whose kernel
     loops over the window where one node unrolls the product of every dim's: an input element
-    of Segformer's x4 and x8 upsamplings (512 x 512 logits, training, bf16) gathered 64 to 256
-    gradients, a kernel of 1589 lines that took 3.3 ms at 7% of its floor on an H100
-    (2026-11-27), and Triton's compile of that step took 57 s. A pointwise pass would fuse into
-    the next and unroll the product again."""
+    of Segformer's x4 and x8 upsamplings (training) gathered 64 to 256 gradients, kernels of
+    1589 and 1647 lines; the zoo's audit (H100, bf16, 2026-11-27) put the upsampling's backward
+    at 3.3 ms, 7% of its floor, and Triton's compile of that step took 57 s. A pointwise pass
+    would fuse into the next and unroll the product again."""
     if len(axes) < 2 or math.prod(_taps(a) for a in axes) <= SEPARABLE_TAPS:
         return None
     nd = len(axes)
