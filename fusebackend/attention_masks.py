@@ -118,7 +118,8 @@ def keep_rows(sdpa: torch.fx.Node, mask: torch.fx.Node) -> bool:
             zeroed = graph.call_function(torch.where, (rows, sdpa, 0.0))
         else:  # an additive mask: a row of -inf is dropped, one of NaN or +inf is NaN, as in softmax
             nan = graph.call_function(operator.mul, (rows, float("nan")))  # in the mask's dtype
-            dropped = graph.call_function(torch.where, (graph.call_function(operator.eq, (rows, float("-inf"))), 0.0, nan))
+            minus_inf = graph.call_function(operator.eq, (rows, float("-inf")))
+            dropped = graph.call_function(torch.where, (minus_inf, 0.0, nan))
             zeroed = graph.call_function(torch.where, (graph.call_function(torch.isfinite, (rows,)), sdpa, dropped))
     sdpa.replace_all_uses_with(zeroed, delete_user_cb=lambda user: user is not zeroed)
     metrics.attention_masks["rows"] += 1

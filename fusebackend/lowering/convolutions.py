@@ -73,8 +73,9 @@ from fusebackend.lowering import layouts
 from fusebackend.ir import Expr, cast, op
 from fusebackend.lowering.graph import GraphLowering, LoweringContext, TensorArg
 from fusebackend.lowering.registry import Unsupported, register_composite
-from fusebackend.lowering.windows import (Window, clamped, expand, in_range, masked, ranges_of, spatial_load, taps, total,
-                                          windows_of)
+from fusebackend.lowering.windows import (
+    Window, clamped, expand, in_range, masked, ranges_of, spatial_load, taps, total, windows_of,
+)
 
 aten = torch.ops.aten
 
@@ -129,21 +130,12 @@ def convolution_backward(b: GraphLowering, grad_output: TensorArg, input: Tensor
     gy = _per_group_rows(b, grad_output, groups)  # [G, N * L_out, O / G]
     if output_mask[1]:
         windows = _windows(b, input, window, groups)
-        g, rows, og = gy.sizes
-        gyt = TensorArg(ir.View(gy.view.buffer, (g, og, rows), (gy.view.strides[0], 1, og), gy.view.offset),
-                        gy.meta.transpose(1, 2))
-        products = _bmm(b, gyt, windows, "a grouped convolution's weight gradient")  # [G, O / G, C / G * K]
+        products = _bmm(b, _swapped(gy), windows, "a grouped convolution's weight gradient")  # [G, O/G, C/G*K]
         grad_weight = b.view((products,), products.meta.view(tuple(weight.sizes)))
     if output_mask[0]:
         w = _weight_rows(b, weight, groups)  # [G, O / G, C / G * K]
-        g, og, ck = w.sizes
-        wt = TensorArg(ir.View(w.view.buffer, (g, ck, og), (w.view.strides[0], 1, ck), w.view.offset),
-                       w.meta.transpose(1, 2))
-        rows = gy.sizes[1]
-        gyt = TensorArg(ir.View(gy.view.buffer, (g, og, rows), (gy.view.strides[0], 1, og), gy.view.offset),
-                        gy.meta.transpose(1, 2))
         # [G, C / G * K, N * L_out]: the fold reads it along the positions
-        columns = _bmm(b, wt, gyt, "a grouped convolution's input gradient, by window")
+        columns = _bmm(b, _swapped(w), _swapped(gy), "a grouped convolution's input gradient, by window")
         grad_input = _fold(b, columns, input, window, groups)
     if output_mask[2]:
         total = aten.sum.dim_IntList
@@ -183,9 +175,10 @@ def _windows(b: GraphLowering, x: TensorArg, window: Window, groups: int) -> Ten
     holds the group's channels' taps around output position l, zeros in the padding.
 
     The windows read a copy of ``x`` with its padding written as zeros (``taps`` times smaller
-    than the windows), so that every load is in range and a window's taps are consecutive addresses: read with a clamped index
-    and a mask instead, wav2vec 2.0's windows (786 MB, bf16) took 765 us, 34% of their floor
-    (H100, 2026-11-28), their loads issued an element at a time."""
+    than the windows), so that every load is in range and a window's taps are consecutive
+    addresses: read with a clamped index and a mask instead, wav2vec 2.0's windows (786 MB,
+    bf16) took 765 us, 34% of their floor (H100, 2026-11-28), their loads issued an element at
+    a time."""
     n, channels, length = x.sizes
     cg, k, lout = channels // groups, window.kernel, window.out_size
     if window.padding:  # an ATen call: a kernel of ours would fuse into the windows' and clamp again
@@ -219,6 +212,13 @@ def _per_group_rows(b: GraphLowering, y: TensorArg, groups: int) -> TensorArg:
     return b.view((rows,), rows.meta.view(groups, n * lout, og))
 
 
+def _swapped(x: TensorArg) -> TensorArg:
+    """A batch of matrices [B, M, K] as [B, K, M] (a view)."""
+    v = x.view
+    return TensorArg(ir.View(v.buffer, (v.sizes[0], v.sizes[2], v.sizes[1]), (v.strides[0], v.strides[2], v.strides[1]),
+                             v.offset), x.meta.transpose(1, 2))
+
+
 def _bmm(b: GraphLowering, first: TensorArg, second: TensorArg, why: str) -> TensorArg:
     bmm = aten.bmm.default
     return b.extern(bmm, (first, second), {}, bmm(first.meta, second.meta), reason=why)
@@ -235,9 +235,8 @@ def _grouped_products(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: T
     n, o, lout = meta.shape
     og = o // groups
     w = _weight_rows(b, weight, groups)
-    g_, og_, ck = w.sizes
-    wt = TensorArg(ir.View(w.view.buffer, (g_, ck, og_), (w.view.strides[0], 1, ck), w.view.offset), w.meta.transpose(1, 2))
-    products = _bmm(b, _windows(b, x, window, groups), wt, "a grouped convolution, by window")  # [G, N * L_out, O / G]
+    windows = _windows(b, x, window, groups)
+    products = _bmm(b, windows, _swapped(w), "a grouped convolution, by window")  # [G, N * L_out, O / G]
     acc = ir.compute_dtype(x.dtype)
 
     def body(ctx: LoweringContext) -> Expr:
@@ -260,7 +259,8 @@ def _fold(b: GraphLowering, columns: TensorArg, x: TensorArg, window: Window, gr
     cg, k, lout = channels // groups, window.kernel, window.out_size
     cols = columns.view
     # the reduction's domain [N, G, C / G, L, K], over the windows' gradient
-    domain = TensorArg(ir.View(cols.buffer, (n, groups, cg, length, k), (lout, cg * k * n * lout, k * n * lout, 1, n * lout),
+    rows = n * lout
+    domain = TensorArg(ir.View(cols.buffer, (n, groups, cg, length, k), (lout, cg * k * rows, k * rows, 1, rows),
                                cols.offset),
                        torch.empty((n, groups, cg, length, k), dtype=x.dtype, device="meta"))
     acc = ir.compute_dtype(x.dtype)

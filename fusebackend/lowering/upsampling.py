@@ -396,8 +396,9 @@ def separable_backward(b: GraphLowering, grad_output: TensorArg, axes: Sequence[
     Each output of an upsampling reads the product of per-dim neighbours with the product of
     per-dim weights, so the gradient sums over one dim, then the next: the last dim first, into
     a tensor of the input's size there and the output's elsewhere (in fp32), then each earlier
-    dim, each pass stored in ``memory_order`` (the result's dims, slowest first). Each pass is a reduction over the window of its dim (``_dim_backward``), whose kernel
-    loops over the window where one node unrolls the product of every dim's: an input element
+    dim, each pass stored in ``memory_order`` (the result's dims, slowest first). Each pass is
+    a reduction over the window of its dim (``_dim_backward``), whose kernel loops over the
+    window where one node unrolls the product of every dim's: an input element
     of Segformer's x4 and x8 upsamplings (training) gathered 64 to 256 gradients, kernels of
     1589 and 1647 lines; the zoo's audit (H100, bf16, 2026-11-27) put the upsampling's backward
     at 3.3 ms, 7% of its floor, and Triton's compile of that step took 57 s. A pointwise pass

@@ -223,7 +223,8 @@ class TrafficModel:
                 saved -= _read_bytes_of(buf, mine + theirs - shared.get(name, 0))
         theirs_read = [buf for name, buf in touched.items() if written_by.get(name) in second]
         for buf in mine_stored + theirs_read:
-            if buf.name not in self.graph_outputs and all(r in first or r in second for r in self.readers.get(buf.name, ())):
+            readers = self.readers.get(buf.name, ())
+            if buf.name not in self.graph_outputs and all(r in first or r in second for r in readers):
                 saved += self._written_bytes(buf)
         return saved
 
