@@ -125,9 +125,9 @@ def convolution_backward(b: GraphLowering, grad_output: TensorArg, input: Tensor
     window = gemm_taps(b.device, input, weight, grad_output.meta, stride, padding, dilation, groups)
     if window is None:
         raise Unsupported("a convolution for cuDNN")
-    out_meta = b.out_meta
     grad_input = grad_weight = grad_bias = None
-    gy = _per_group_rows(b, grad_output, groups)  # [G, N * L_out, O / G]
+    if output_mask[0] or output_mask[1]:
+        gy = _per_group_rows(b, grad_output, groups)  # [G, N * L_out, O / G]
     if output_mask[1]:
         windows = _windows(b, input, window, groups)
         products = _bmm(b, _swapped(gy), windows, "a grouped convolution's weight gradient")  # [G, O/G, C/G*K]
@@ -138,9 +138,7 @@ def convolution_backward(b: GraphLowering, grad_output: TensorArg, input: Tensor
         columns = _bmm(b, _swapped(w), _swapped(gy), "a grouped convolution's input gradient, by window")
         grad_input = _fold(b, columns, input, window, groups)
     if output_mask[2]:
-        total = aten.sum.dim_IntList
-        grad_bias = b._composite(total, (grad_output, [0, 2]), {}, total(grad_output.meta, [0, 2]))
-    b.out_meta = out_meta
+        grad_bias = b.bias_gradient(grad_output)
     return (grad_input, grad_weight, grad_bias)
 
 

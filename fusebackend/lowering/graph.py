@@ -415,10 +415,14 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             alone = (*args[:10], [mask[0], mask[1], False])
             grads = self.extern(aten.convolution_backward.default, alone, {},
                                 aten.convolution_backward.default(*self._to_meta(list(alone))))[:2]
+        return (*grads, self.bias_gradient(grad_out))
+
+    def bias_gradient(self, grad_out: TensorArg) -> TensorArg:
+        """A convolution's bias gradient: its output's gradient summed over every dim but the
+        channels, a reduction of ours."""
         total = aten.sum.dim_IntList
         dims = [0, *range(2, grad_out.meta.dim())]
-        bias = self._composite(total, (grad_out, dims), {}, total(grad_out.meta, dims))
-        return (*grads, bias)
+        return self._composite(total, (grad_out, dims), {}, total(grad_out.meta, dims))
 
     def as_channels_last(self, x: Any, role: str) -> Any:
         """``x``, the ``role`` of a convolution, as a channels-last tensor (layouts.py): itself,

@@ -30,6 +30,7 @@ so the producer of its input and the consumer of its output fuse with it:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from fractions import Fraction
@@ -316,6 +317,7 @@ class Gather:
     reads: tuple[tuple[str, ...], ...]  # [t][k]
 
 
+@functools.lru_cache(maxsize=256)  # a window's axes are asked for by its size check and its passes
 def gather_of(axis: Axis) -> Gather:
     first: dict[int, int] = {}
     last: dict[int, int] = {}

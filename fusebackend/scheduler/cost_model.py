@@ -70,6 +70,7 @@ class TrafficModel:
         self._access: dict[str, list[tuple[int, int]]] = {}
         self._views: dict[ir.View, int] = {}  # a small key per distinct view, hashed once
         self._view_buffer: list[ir.Buffer] = []  # view key -> its buffer
+        self._buffer: dict[str, ir.Buffer] = {}  # a read buffer by name
         self._positions: dict[str, dict[str, int]] = {}
         # per group: the views it reads from outside, with the elements read through each
         self._external: dict[frozenset[str], dict[int, int]] = {}
@@ -111,6 +112,7 @@ class TrafficModel:
             if key is None:
                 key = self._views[view] = len(self._view_buffer)
                 self._view_buffer.append(view.buffer)
+                self._buffer[view.buffer.name] = view.buffer
             out.append((key, count))
         self._access[name] = out
         return out
@@ -136,17 +138,8 @@ class TrafficModel:
 
     def reads(self, names: Iterable[str]) -> dict[str, int]:
         """External buffers the group reads, with the bytes read from each."""
-        return self._read_bytes(self._external_views(frozenset(names)))
-
-    def _read_bytes(self, per_view: dict[int, int]) -> dict[str, int]:
-        view_buffer = self._view_buffer
-        elements: dict[str, int] = {}
-        buffers: dict[str, ir.Buffer] = {}
-        for key, count in per_view.items():
-            buf = view_buffer[key]
-            buffers[buf.name] = buf
-            elements[buf.name] = elements.get(buf.name, 0) + count
-        return {k: min(elements[k], size_hint(buffers[k].numel)) * buffers[k].dtype.itemsize for k in sorted(elements)}
+        elements = self._elements(frozenset(names))
+        return {name: _read_bytes_of(self._buffer[name], elements[name]) for name in sorted(elements)}
 
     def positions_read(self, node: ir.Node) -> dict[str, int]:
         """``positions_read(node)`` for a node of the model's graph, computed once."""
