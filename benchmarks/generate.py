@@ -12,9 +12,15 @@ Each variant generates greedily from the same random prompt, two ways:
 
 Per variant it reports tokens per second (batch x new tokens over the whole generation, prefill
 included), and for ``lean`` the decode step's median time from CUDA events around each step. A
-decode step reads every parameter once (tied embeddings once) and the KV cache up to its
-position; bytes over time give GB/s, set against the copy bandwidth measured in the same run
-(a clone of 1 GiB: read and write).
+decode step reads every parameter once (tied embeddings once; an embedding table no product
+reads is gathered a row a token, and not counted) and the KV cache up to its position; bytes
+over time give GB/s, set against the copy bandwidth measured in the same run (a clone of 1 GiB:
+read and write).
+
+Backends: ``eager``, ``inductor``, ``fuse``, and ``fuse-rows<N>``: fuse with products of at most N
+rows generated (``FUSE_ROW_PRODUCTS=N``; ``fuse-rows0`` leaves every product to cuBLAS).
+``--weights int8`` runs the model again with weight-only int8 products (``Int8Linear``: per
+output channel scales, the dequantization written in the model for the compiler to fuse).
 
 Correctness: each variant's tokens against eager's (the count that agree before the first that
 does not), and the first decode step's logits against eager's (largest absolute difference);
@@ -22,7 +28,7 @@ Inductor's distance from eager is the yardstick in bf16. ``tests/test_generate.p
 tiny float32 models give eager's exact tokens on the CPU, both ways.
 
     python -m benchmarks.generate --models llama --batches 1 16 --prompt 64 --new 128 \\
-        --backends eager inductor fuse --ways lean recipe --out DIR
+        --backends eager inductor fuse --ways lean recipe --weights model int8 --out DIR
 
 writes ``DIR/generate_<model>.json`` and prints a table.
 """
@@ -30,6 +36,7 @@ writes ``DIR/generate_<model>.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -59,6 +66,7 @@ class Row:
     tokens_agree: int | None = None  # leading tokens equal to eager's, per sequence (the least)
     logits_diff: float | None = None  # first decode step's largest |difference| from eager's
     graphs: int | None = None  # fuse: graphs compiled
+    weights: str = ""  # the products' weights: the model's dtype, or int8 (weight-only, ``quantize_int8``)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,9 +116,41 @@ def _cache_keyword(model: torch.nn.Module) -> tuple[str, bool]:
     return ("cache" if "cache" in params else "past_key_values"), "cache_position" in params
 
 
+class Int8Linear(torch.nn.Module):
+    """A ``Linear`` with weight-only int8: each output channel's weights rounded to int8 over a
+    scale of its own (its largest magnitude over 127), and the product written as a model using
+    such weights writes it, ``F.linear(x, weight_int8.to(x.dtype) * scale[:, None], bias)``: the
+    dequantization is the compiler's to fuse into the product."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(1).clamp(min=1e-12) / 127
+        self.register_buffer("weight_int8", torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scale", scale.to(linear.weight.dtype))
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight_int8.to(x.dtype) * self.scale[:, None], self.bias)
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Every ``Linear`` of ``model`` (the LM head included, untied from the embedding) as an
+    ``Int8Linear``, in place; returns ``model``."""
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, child_name, Int8Linear(child))
+    return model
+
+
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the parameters and buffers a decode step reads, each storage once."""
-    seen: set[int] = set()
+    """Bytes of the parameters and buffers a decode step reads, each storage once; an embedding
+    table that no product reads (untied, or its LM head quantized) is read a row a token, and
+    not counted."""
+    gathered = {m.weight.untyped_storage().data_ptr() for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    gathered -= {m.weight.untyped_storage().data_ptr() for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    seen: set[int] = set(gathered)
     total = 0
     for t in list(model.parameters()) + list(model.buffers()):
         key = t.untyped_storage().data_ptr()
@@ -229,17 +269,29 @@ def agree(tokens: torch.Tensor, reference: torch.Tensor, length: int) -> int:
 
 
 def backend_of(name: str) -> str | Callable | None:
+    """``eager``: no compile; ``fuse`` and ``fuse-rows<N>``: fuse; any other name is torch.compile's."""
     if name == "eager":
         return None
-    if name == "fuse":
+    if name == "fuse" or name.startswith("fuse-rows"):
         import fusebackend
 
         return fusebackend.fuse
     return name
 
 
+def settings_of(name: str) -> contextlib.AbstractContextManager:
+    """What a variant sets while it compiles and runs (fuse compiles a graph at its first call):
+    ``fuse-rows<N>`` generates products of at most N rows (``FUSE_ROW_PRODUCTS=N``)."""
+    if not name.startswith("fuse-rows"):
+        return contextlib.nullcontext()
+    import fusebackend
+
+    return fusebackend.config.patch(row_products=int(name[len("fuse-rows"):]))
+
+
 def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, new: int, backends: list[str],
-            ways: list[str], repeats: int, bandwidth: float | None, profile: bool = False) -> list[Row]:
+            ways: list[str], repeats: int, bandwidth: float | None, profile: bool = False,
+            weights: str = "") -> list[Row]:
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     gpu = device.type == "cuda"
@@ -257,7 +309,7 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
             run: Callable[..., torch.Tensor]
             lean = Lean(model, backend, mode) if way == "lean" else None
             run = lean.generate if lean is not None else recipe(model, backend, mode)
-            with torch.no_grad():
+            with torch.no_grad(), settings_of(name):
                 t0 = time.perf_counter()
                 tokens = run(ids, new)
                 sync()
@@ -268,7 +320,8 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
                     tokens = run(ids, new)
                     sync()
                     times.append(time.perf_counter() - t0)
-                row = Row(model_name, batch, length, new, name, way, batch * new / statistics.median(times), first)
+                row = Row(model_name, batch, length, new, name, way, batch * new / statistics.median(times), first,
+                          weights=weights)
                 if profile and gpu:
                     print(f"{name} {way} kernels:\n{profile_decode(run, ids, new)}", flush=True)
                 if lean is not None:
@@ -290,7 +343,7 @@ def measure(model_name: str, model: torch.nn.Module, batch: int, length: int, ne
             ref = reference.get(way, reference.get("lean"))
             if ref is not None:
                 row.tokens_agree = agree(tokens, ref, length)
-            if name == "fuse":
+            if name.startswith("fuse"):
                 row.graphs = _graphs() - graphs_before
             rows.append(row)
             print(format_row(row), flush=True)
@@ -328,7 +381,7 @@ def _graphs() -> int:
 
 
 def format_row(r: Row) -> str:
-    parts = [f"{r.model:8s} b{r.batch:<3d} p{r.prompt} n{r.new} {r.way:6s} {r.backend:8s}",
+    parts = [f"{r.model:8s} {r.weights:8s} b{r.batch:<3d} p{r.prompt} n{r.new} {r.way:6s} {r.backend:11s}",
              f"{r.tokens_per_s:9.1f} tok/s", f"first {r.first_call_s:6.1f} s"]
     if r.step_ms is not None:
         parts.append(f"step {r.step_ms:.3f} ms")
@@ -348,12 +401,16 @@ def chart(data: dict[str, Any], path: str) -> str | None:
     from benchmarks import report
 
     rows = data["rows"]
-    groups = list(dict.fromkeys((r["model"], r["way"], r["batch"]) for r in rows))
-    backends = [b for b in ("fuse", "inductor", "eager") if any(r["backend"] == b for r in rows)]
-    series = {b: [next((r["tokens_per_s"] for r in rows if (r["model"], r["way"], r["batch"]) == g and r["backend"] == b),
-                       None) for g in groups] for b in backends}
+    def group(r: dict[str, Any]) -> tuple[str, str, str, int]:
+        return r["model"], r.get("weights", ""), r["way"], r["batch"]
+
+    groups = list(dict.fromkeys(group(r) for r in rows))
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    series = {b: [next((r["tokens_per_s"] for r in rows if group(r) == g and r["backend"] == b), None) for g in groups]
+              for b in backends}
     info = data.get("info", {})
-    return report.bars([f"{m} {way}, batch {batch}" for m, way, batch in groups], series, path,
+    labels = [f"{m}{' ' + w if w else ''} {way}, batch {batch}" for m, w, way, batch in groups]
+    return report.bars(labels, series, path,
                        f"generation: {info.get('device', '?')}, {info.get('dtype', '?')}, torch {info.get('torch', '?')}",
                        "tokens/s", log=True, fmt="{:.0f}")
 
@@ -368,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--new", type=int, default=128)
     p.add_argument("--backends", nargs="+", default=["eager", "inductor", "fuse"])
     p.add_argument("--ways", nargs="+", default=["lean", "recipe"], choices=["lean", "recipe"])
+    p.add_argument("--weights", nargs="+", default=["model"], choices=["model", "int8"],
+                   help="the products' weights: the model's dtype, and/or weight-only int8 (Int8Linear)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="print each lean variant's decode kernels")
     p.add_argument("--out", default=None, help="folder for generate_<model>.json and its chart")
@@ -383,15 +442,25 @@ def main(argv: list[str] | None = None) -> None:
     if bandwidth:
         print(f"copy bandwidth {bandwidth:.0f} GB/s ({torch.cuda.get_device_name()})")
     for name in args.models:
-        model = build(name, args.size, device, dtype)
         rows = []
-        for batch in args.batches:
-            rows += measure(name, model, batch, args.prompt, args.new, args.backends, args.ways, args.repeats, bandwidth, args.profile)
+        read: dict[str, int] = {}
+        for weights in args.weights:
+            model = build(name, args.size, device, dtype)
+            label = args.dtype if weights == "model" else weights
+            if weights == "int8":
+                quantize_int8(model)
+            read[label] = weight_bytes(model)
+            for batch in args.batches:
+                for row in measure(name, model, batch, args.prompt, args.new, args.backends, args.ways, args.repeats,
+                                   bandwidth, args.profile, label):
+                    row.weights = label
+                    rows.append(row)
+            del model
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             info = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                     "torch": torch.__version__, "copy_gb_per_s": bandwidth, "dtype": args.dtype,
-                    "weights_bytes": weight_bytes(model)}
+                    "weights_bytes": read}
             try:
                 import transformers
                 import triton
@@ -403,7 +472,6 @@ def main(argv: list[str] | None = None) -> None:
             with open(os.path.join(args.out, f"generate_{name}.json"), "w") as f:
                 json.dump(data, f, indent=1)
             chart(data, os.path.join(args.out, f"generate_{name}.png"))
-        del model
     print("done")
 
 

@@ -73,3 +73,42 @@ def test_the_chart_draws_tokens_per_second_per_way_and_backend(tmp_path) -> None
             for way in ("lean", "recipe") for backend, speed in (("eager", 60.0), ("inductor", 500.0), ("fuse", 550.0))]
     path = generate.chart({"info": {"device": "cpu"}, "rows": rows}, str(tmp_path / "generate.png"))
     assert path is not None and (tmp_path / "generate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_batch_one_decode_step_generates_its_products_unless_the_variant_says_otherwise() -> None:
+    """fuse generates products of one row by default (``config.row_products``); the benchmark's
+    ``fuse-rows0`` variant leaves them to the library while it compiles and runs."""
+    model = generate.build("llama", "tiny", torch.device("cpu"), torch.float32)
+    fusebackend.dump.clear()
+    with fusebackend.config.patch(graph_cache=False):
+        rows = generate.measure("llama", model, 1, 6, 3, ["eager", "fuse", "fuse-rows0"], ["lean"], 1, None)
+    assert [r.tokens_agree for r in rows] == [3, 3, 3]
+    products = [sum("aten.mm" in line or "aten.addmm" in line for line in a.schedule.splitlines() if "extern" in line)
+                for a in fusebackend.history()]
+    assert len(products) == 4, products  # each variant's prefill and decode step
+    assert products[1] == 0 and products[3] > 0, products
+
+
+def test_int8_weights_decode_with_the_dequantization_in_the_products() -> None:
+    """Weight-only int8 (``generate.quantize_int8``): fuse gives the quantized model's eager
+    tokens, and its batch-1 decode step reads each int8 weight once, in the product's kernel (no
+    library product, no dequantized copy: the graph's traffic is its floor)."""
+    model = generate.quantize_int8(generate.build("llama", "tiny", torch.device("cpu"), torch.float32))
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    ids = generate.prompt(model, 1, 6, torch.device("cpu"))
+    torch._dynamo.reset()
+    fusebackend.dump.clear()
+    with torch.no_grad():
+        expected = generate.Lean(model, None, None).generate(ids, 3)
+        with fusebackend.config.patch(graph_cache=False):
+            tokens = generate.Lean(model, fusebackend.fuse, None).generate(ids, 3)
+    assert torch.equal(tokens, expected), (tokens, expected)
+    decode = fusebackend.history()[-1].schedule
+    externs = [line for line in decode.splitlines() if line.startswith("  extern ")]
+    assert not any("mm" in line.split("|")[0] for line in externs), decode
+    moves = next(line for line in decode.splitlines() if line.startswith("  graph moves"))
+    assert "(1.00x)" in moves, moves
+    quantized = sum(b.numel() for n, b in model.named_buffers() if n.endswith("weight_int8"))
+    table = next(m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    # the int8 weights counted (with their scales and norms), the embedding only gathered not
+    assert quantized < generate.weight_bytes(model) < quantized + table.numel() * table.element_size()

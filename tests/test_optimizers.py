@@ -210,3 +210,23 @@ def test_a_learning_rate_schedule_over_a_tensor_learning_rate_compiles_once() ->
     assert counters["stats"]["unique_graphs"] == 1  # the step compiled once, for all twelve rates
     assert not counters["recompiles"]
     assert fusebackend.metrics.eager_graphs == 0
+
+
+def test_the_optimizer_benchmark_compares_each_variant_with_eager() -> None:
+    """``benchmarks/optimizers.py`` on the CPU: fuse's steps over a synthetic list of tensors match
+    eager's foreach steps, its steady step is generated kernels, and the floor's bytes are what an
+    AdamW step reads and writes (parameters, gradients, both moments; not the step count)."""
+    from benchmarks import optimizers
+
+    rows = optimizers.measure(["synthetic4"], "tiny", ["adamw"], ["eager", "fuse"], torch.device("cpu"),
+                              torch.float32, steps=3, repeats=1, log=lambda _: None)
+    eager, fuse = rows
+    assert (eager.status, fuse.status) == ("ok", "ok") and eager.tensors == fuse.tensors == 4
+    assert fuse.max_rel_diff is not None and fuse.max_rel_diff < 1e-5
+    assert fuse.kernels and not {op for op in fuse.aten_calls if op.startswith("_foreach")}, fuse.aten_calls
+    params = [p.requires_grad_() for p in optimizers.parameters("synthetic4", "tiny", torch.device("cpu"), torch.float32)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = optimizers.OPTIMIZERS["adamw"](params, foreach=True)
+    opt.step()
+    assert optimizers.step_bytes(params, opt) == 7 * 4 * sum(p.numel() for p in params)

@@ -39,16 +39,28 @@ def test_a_product_of_few_rows_is_one_kernel_with_its_epilogue(m: int, k: int, n
     assert "fused_red" in next(iter(fusebackend.last_compiled().kernels.values()))
 
 
-def test_a_strided_input_and_a_full_weight_product() -> None:
+def test_a_strided_input_and_a_weight_read_along_k() -> None:
     torch.manual_seed(0)
     x = torch.randn(3, 40)[::2]  # two rows, 80 elements apart
-    w = torch.randn(40, 24)  # [K, N]: read across its rows
+    w = torch.randn(24, 40).t()  # [K, N], K contiguous (a Linear's weight)
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return (x @ w).tanh()
 
     assert_same(_compiled(fn, x, w), fn(x, w), atol=1e-5, rtol=1e-5)
     assert kernel_count() == 1 and not fusebackend.metrics.fallbacks
+
+
+def test_a_weight_read_across_its_rows_stays_with_the_library() -> None:
+    """[K, N] with N contiguous: each output's reduction would read a column; not the measured case."""
+    torch.manual_seed(0)
+    x, w = torch.randn(1, 40), torch.randn(40, 24)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).tanh()
+
+    assert_same(_compiled(fn, x, w), fn(x, w), atol=1e-5, rtol=1e-5)
+    assert fusebackend.metrics.fallbacks.get("mm", 0) == 1
 
 
 def test_more_rows_than_the_setting_stay_with_the_library() -> None:
@@ -80,7 +92,7 @@ def test_a_decode_step_generates_its_products() -> None:
 @pytest.mark.parametrize("bias_size", [6, 1], ids=["row", "one-value"])
 def test_addmm_scales_and_a_broadcast_bias(bias_size: int) -> None:
     torch.manual_seed(0)
-    x, w, bias = torch.randn(1, 5), torch.randn(5, 6), torch.randn(bias_size)
+    x, w, bias = torch.randn(1, 5), torch.randn(6, 5).t(), torch.randn(bias_size)
 
     def fn(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         return torch.addmm(bias, x, w, beta=0.5, alpha=2.0)

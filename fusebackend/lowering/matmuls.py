@@ -198,6 +198,10 @@ def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2
     (m, k), n = tuple(mat1.sizes), mat2.sizes[1]
     if not 0 < m <= config.row_products or k == 0 or n == 0 or not mat1.dtype.is_floating_point:
         return None
+    if mat2.view.strides[0] != 1 and k > 1:
+        # each output element's reduction would read its column of the weight across rows: the
+        # case measured against cuBLAS (a decode step's Linear) reads along them
+        return None
     acc = ir.compute_dtype(mat1.dtype)
     view = mat1.view
     # the reduction's domain [M, N, K]: mat1 broadcast along N, read at (m, k)
