@@ -154,6 +154,7 @@ def to_json(result: RunResult) -> dict[str, Any]:
 
 
 _COLOURS = {"fuse": "#1f77b4", "inductor": "#ff7f0e", "eager": "#7f7f7f"}  # the zoo chart's, and eager grey
+_OTHER_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#17becf")  # other series (fuse-rows0 ...), none of the above
 
 
 def bars(labels: list[str], series: dict[str, list[float | None]], path: str, title: str, xlabel: str,
@@ -176,7 +177,7 @@ def bars(labels: list[str], series: dict[str, list[float | None]], path: str, ti
     for k, (name, values) in enumerate(series.items()):
         kept = [(i, v) for i, v in enumerate(values) if v is not None]
         drawn = axes.barh([i + k * height for i, _ in kept], [v for _, v in kept], height, label=name,
-                          color=_COLOURS.get(name.split(" ")[0].lower()))
+                          color=_COLOURS.get(name.split(" ")[0].lower(), _OTHER_COLOURS[k % len(_OTHER_COLOURS)]))
         axes.bar_label(drawn, labels=[fmt.format(v) for _, v in kept], padding=2, fontsize=8)
     axes.set_yticks([i + height * (len(series) - 1) / 2 for i in range(len(labels))], labels)
     axes.invert_yaxis()
