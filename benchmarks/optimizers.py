@@ -63,7 +63,8 @@ class Row:
     share: float | None = None  # floor over step
     first_call_s: float | None = None
     max_rel_diff: float | None = None  # parameters after the steps, against eager's
-    kernels: int | None = None  # fuse: generated kernels
+    graphs: int | None = None  # fuse: graphs compiled (Dynamo breaks some steps into several)
+    kernels: int | None = None  # fuse: the last graph's generated kernels
     aten_calls: dict[str, int] | None = None  # fuse: the ATen calls left, by op
 
 
@@ -174,10 +175,11 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
         row.max_rel_diff = max(float((p - r).abs().max() / r.abs().max().clamp(min=1e-12))
                                for p, r in zip(after, reference))
     if variant == "fuse":  # the steady step's graph (the first step's may differ: states made in it)
-        last = fusebackend.last_compiled()
-        row.kernels = len(last.kernels)
+        row.graphs = fusebackend.metrics.graphs_compiled  # reset before the compile
+        last = fusebackend.last_compiled() if row.graphs else None
+        row.kernels = len(last.kernels) if last is not None else 0
         calls: dict[str, int] = {}
-        for line in last.schedule.splitlines():
+        for line in last.schedule.splitlines() if last is not None else []:
             if line.startswith("  extern "):
                 op = line.split(":", 1)[1].split()[0].removeprefix("aten.").rsplit(".", 1)[0]
                 calls[op] = calls.get(op, 0) + 1
@@ -220,7 +222,7 @@ def format_row(r: Row) -> str:
         parts.append(f"diff {r.max_rel_diff:.1e}")
     if r.kernels is not None:
         left = ", ".join(f"{op} x{n}" for op, n in sorted((r.aten_calls or {}).items()))
-        parts.append(f"{r.kernels} kernels" + (f", ATen: {left}" if left else ""))
+        parts.append(f"{r.graphs} graphs, the last {r.kernels} kernels" + (f", ATen: {left}" if left else ""))
     return "  ".join(parts)
 
 

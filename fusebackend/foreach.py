@@ -16,14 +16,18 @@ the others (a scalar, a 0-dim tensor, ``alpha``) passed to every call. ``_foreac
 ``_foreach_addcdiv`` ``self + value * (tensor1 op tensor2)``, whose value may be a 0-dim tensor
 (``.Tensor``: one element of a 1-dim tensor per tensor of the lists). Left as ATen calls:
 ``_foreach_mm`` and ``_foreach_powsum``, any foreach op whose per-tensor op is unknown, and
-calls over more than ``MAX_TENSORS`` tensors (the scheduler's time; see there).
+calls over more than ``MAX_TENSORS`` tensors (the scheduler's time; see there). Those calls
+update the graph's inputs in place where their results are only copied back into them
+(``in_place_chains``, before lowering), as eager's optimizers do.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 import torch
+import torch.fx
 
 aten = torch.ops.aten
 
@@ -105,3 +109,130 @@ def decompositions() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
             if fn is not None:
                 table[overload] = fn
     return table
+
+
+def in_place_chains(gm: torch.fx.GraphModule) -> int:
+    """Chains of functional ``_foreach_*`` calls left whole (lists of more than ``MAX_TENSORS``)
+    whose last results are copied back into the graph's inputs, rewritten as the in-place calls
+    eager makes; returns how many calls were rewritten.
+
+    AOTAutograd's functional graph of ``opt.step`` writes each updated list into new tensors and
+    copies them back into the parameters and states (``copy_``), so a step over N tensors makes
+    N copies per list updated, each reading and writing the whole tensor again, and N launches.
+    ``_foreach_mul(bufs, m) -> _foreach_add(that, grads) -> copy_(bufs[i], ...)`` becomes
+    ``_foreach_mul_(bufs, m); _foreach_add_(bufs, grads)``, and readers of the chain's last
+    results read ``bufs``. The lowering makes each an ATen call that mutates (a barrier no node
+    moves across, ``scheduler/groups.py``). Taken only where, for the inputs ``P`` of a chain:
+
+    - every result of the chain's last call is copied into an element of ``P`` (one each), is not
+      returned, and nothing uses those copies;
+    - each call's list argument ``self`` is ``P`` (the first) or the previous call's results,
+      which nothing else uses;
+    - no call reads ``P`` in another argument, and nothing reads ``P`` after the first call.
+    """
+    graph = gm.graph
+    rewritten = 0
+    for last in [n for n in graph.nodes if _functional_foreach(n) is not None]:
+        if last.graph is not graph or last not in last.graph.nodes:
+            continue  # removed as part of an earlier chain
+        chain = _chain(last, {n: k for k, n in enumerate(graph.nodes)})
+        if chain is None:
+            continue
+        calls, inputs, copies = chain
+        for call in calls:
+            in_place = _functional_foreach(call)
+            with graph.inserting_before(call):
+                new = graph.call_function(in_place, (list(inputs), *call.args[1:]), dict(call.kwargs))
+            new.meta = {k: v for k, v in call.meta.items() if k not in ("val", "tensor_meta")}
+            new.meta["val"] = None
+        for copy in copies:
+            graph.erase_node(copy)
+        for k, getter in enumerate(_getters(calls[-1])):
+            getter.replace_all_uses_with(inputs[k])
+        for call in reversed(calls):
+            for getter in _getters(call):
+                graph.erase_node(getter)
+            graph.erase_node(call)
+        rewritten += len(calls)
+    if rewritten:
+        graph.lint()
+        gm.recompile()
+    return rewritten
+
+
+def _functional_foreach(node: torch.fx.Node) -> torch._ops.OpOverload | None:
+    """The in-place overload of a functional ``_foreach_*`` call, or None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    name = target.overloadpacket.__name__
+    if not name.startswith(_PREFIX) or name.endswith("_") or target._schema.is_mutable:
+        return None
+    packet = getattr(aten, name + "_", None)
+    overload = getattr(packet, target._overloadname, None) if packet is not None else None
+    if overload is None or not node.args or not isinstance(node.args[0], (list, tuple)):
+        return None
+    return overload
+
+
+def _getters(call: torch.fx.Node) -> list[torch.fx.Node]:
+    """The ``getitem`` users of a call returning a list, by index; every user must be one."""
+    found: dict[int, torch.fx.Node] = {}
+    for user in call.users:
+        if user.target is not operator.getitem or user.args[0] is not call or not isinstance(user.args[1], int):
+            return []
+        found[user.args[1]] = user
+    return [found[k] for k in sorted(found)] if sorted(found) == list(range(len(call.args[0]))) else []
+
+
+def _chain(last: torch.fx.Node, order: dict[torch.fx.Node, int]
+           ) -> tuple[list[torch.fx.Node], list[torch.fx.Node], list[torch.fx.Node]] | None:
+    """The calls of the chain ending at ``last`` (first first), the inputs they update, and the
+    ``copy_`` nodes that copy ``last``'s results into them; None where the rewrite does not hold."""
+    getters = _getters(last)
+    if not getters:
+        return None
+    inputs: list[torch.fx.Node] = []
+    copies: list[torch.fx.Node] = []
+    for getter in getters:
+        if any(u.op == "output" for u in getter.users):  # returned: a tensor of its own, not the input
+            return None
+        copy = [u for u in getter.users if u.target is aten.copy_.default and u.args[1] is getter]
+        if len(copy) != 1 or copy[0].users or copy[0].args[0].op != "placeholder":
+            return None
+        copies.append(copy[0])
+        inputs.append(copy[0].args[0])
+    if len(set(inputs)) != len(inputs):
+        return None
+    calls = [last]
+    while True:
+        first = calls[0]
+        self_list = list(first.args[0])
+        if self_list == inputs:
+            break
+        previous = self_list[0].args[0] if self_list and self_list[0].target is operator.getitem else None
+        if previous is None or _functional_foreach(previous) is None or _getters(previous) != self_list:
+            return None
+        if any(len(g.users) != 1 for g in self_list):  # read by ``first`` alone
+            return None
+        calls.insert(0, previous)
+    start = order[calls[0]]
+    members = set(calls)
+    for call in calls:
+        others = list(call.args[1:]) + list(call.kwargs.values())
+        if set(_leaves(others)) & set(inputs):
+            return None
+    for p in inputs:
+        for user in p.users:
+            if user in members or user in copies:
+                continue
+            if order[user] > start:
+                return None
+    return calls, inputs, copies
+
+
+def _leaves(args: Any) -> list[torch.fx.Node]:
+    """The FX nodes in ``args`` (lists and dicts walked)."""
+    found: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(args, lambda n: found.append(n) or n)
+    return found

@@ -230,3 +230,64 @@ def test_the_optimizer_benchmark_compares_each_variant_with_eager() -> None:
     opt = optimizers.OPTIMIZERS["adamw"](params, foreach=True)
     opt.step()
     assert optimizers.step_bytes(params, opt) == 7 * 4 * sum(p.numel() for p in params)
+
+
+def _chain_graph(read_old_after: bool) -> torch.fx.GraphModule:
+    """An ATen graph as AOTAutograd gives a momentum update over two tensors: functional foreach
+    calls, their last results copied back into the inputs; ``read_old_after``: a later node reads
+    an input's old value."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def update(b0: torch.Tensor, b1: torch.Tensor, g0: torch.Tensor, g1: torch.Tensor) -> torch.Tensor:
+        scaled = torch._foreach_mul([b0, b1], 0.9)
+        summed = torch._foreach_add(scaled, [g0, g1])
+        seen = b0 * 2 if read_old_after else summed[0] * 2
+        b0.copy_(summed[0])
+        b1.copy_(summed[1])
+        return seen
+
+    return make_fx(update)(*[torch.randn(3) for _ in range(4)])
+
+
+@pytest.mark.parametrize("read_old_after", [False, True], ids=["chain", "old-value-read-after"])
+def test_a_foreach_chain_copied_back_into_its_inputs_runs_in_place(read_old_after: bool) -> None:
+    gm = _chain_graph(read_old_after)
+    inputs = [torch.randn(3) for _ in range(4)]
+    expected_inputs = [t.clone() for t in inputs]
+    expected = gm(*expected_inputs)
+    rewritten = foreach.in_place_chains(gm)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    if read_old_after:  # the input's old value is read after the chain began: left functional
+        assert rewritten == 0 and torch.ops.aten.copy_.default in targets
+    else:
+        assert rewritten == 2 and torch.ops.aten.copy_.default not in targets
+        assert {torch.ops.aten._foreach_mul_.Scalar, torch.ops.aten._foreach_add_.List} <= targets
+    got = gm(*inputs)
+    torch.testing.assert_close(got, expected)
+    for a, b in zip(inputs, expected_inputs):
+        torch.testing.assert_close(a, b)
+
+
+def test_an_adamw_step_over_more_tensors_than_decomposed_updates_in_place() -> None:
+    """Past foreach.MAX_TENSORS AdamW's foreach calls stay ATen's, in place as eager makes them:
+    no copy back into a parameter or state is left, and parameters and states match eager's."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3, 2)) for _ in range(foreach.MAX_TENSORS + 2)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True)
+    twin_opt = torch.optim.AdamW(twins, lr=1e-2, weight_decay=0.1, foreach=True)
+    step = torch.compile(opt.step, backend="fuse")
+    for k in range(3):
+        for p, q in zip(params, twins):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        step()
+        twin_opt.step()
+    for got, want in zip(params, twins):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        for key, state in twin_opt.state[want].items():
+            torch.testing.assert_close(opt.state[got][key], state, atol=1e-6, rtol=1e-5)
+    steady = fusebackend.last_compiled().schedule
+    externs = [line for line in steady.splitlines() if line.startswith("  extern ")]
+    assert not any("aten.copy_" in line for line in externs), steady
+    assert any("_foreach_addcdiv_" in line for line in externs), steady
