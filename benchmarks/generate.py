@@ -451,10 +451,8 @@ def main(argv: list[str] | None = None) -> None:
                 quantize_int8(model)
             read[label] = weight_bytes(model)
             for batch in args.batches:
-                for row in measure(name, model, batch, args.prompt, args.new, args.backends, args.ways, args.repeats,
-                                   bandwidth, args.profile, label):
-                    row.weights = label
-                    rows.append(row)
+                rows += measure(name, model, batch, args.prompt, args.new, args.backends, args.ways, args.repeats,
+                                bandwidth, args.profile, label)
             del model
         if args.out:
             os.makedirs(args.out, exist_ok=True)

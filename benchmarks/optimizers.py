@@ -3,9 +3,10 @@ Inductor and fuse compiling ``opt.step``, against the step's memory floor.
 
 An optimizer step is memory traffic: it reads every parameter, its gradient and its states, and
 writes the parameter and the states. Its floor is those bytes over the copy bandwidth measured in
-the same run (a clone of 1 GiB: read and write). The parameters are a zoo model's (``--models``,
-``benchmarks/zoo/registry.py``) or ``synthetic<N>``: N tensors of mixed sizes (every fifth a
-vector, the others matrices of 64 to 1024 rows), to see compile time grow with the list.
+the same run (a copy of 1 GiB, read and written: ``benchmarks.timing.copy_bandwidth``). The
+parameters are a zoo model's (``--models``, ``benchmarks/zoo/registry.py``) or ``synthetic<N>``:
+N tensors of mixed sizes (every fifth a vector, the others matrices of 64 to 1024 rows), to see
+compile time grow with the list.
 
 Per optimizer (``--optimizers``: AdamW with weight decay, SGD with Nesterov momentum, Adafactor)
 and variant (``--variants``):
@@ -15,11 +16,12 @@ and variant (``--variants``):
 - ``inductor`` and ``fuse``: ``torch.compile(opt.step)`` with that backend, as PyTorch's tutorial
   on compiling the optimizer writes it.
 
-It reports the step's median time (CUDA events around each step on a GPU, wall time on a CPU),
-its share of the floor, the first call's seconds (the compile; with ``--cold``, over empty cache
-folders), and the largest relative difference of the parameters from eager's after the same
-steps from the same start. For fuse: the steady step's graph's kernels and the ATen calls left in
-it (a first step that makes the states is a graph of its own).
+It reports the step's median time (``benchmarks.timing.median_ms``: ``do_bench`` with the L2
+flushed on a GPU, wall time on a CPU), its share of the floor, the first call's seconds (the
+compile; with ``--cold``, over empty cache folders), and the largest relative difference of the
+parameters from eager's after the same steps from the same start. For fuse: the steady step's
+graph's kernels and the ATen calls left in it (a first step that makes the states is a graph of
+its own).
 
     python -m benchmarks.optimizers --models gpt2,llama,resnet --optimizers adamw,sgd,adafactor \\
         --variants eager,fused,inductor,fuse --out DIR
@@ -34,13 +36,14 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import tempfile
-import time
 from typing import Any, Callable
 
 import torch
 
+from benchmarks.timing import TimingConfig, copy_bandwidth, median_ms, synchronize, timed_call
+
+GiB = 1 << 30
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adamw": lambda params, **kw: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **kw),
     "sgd": lambda params, **kw: torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True, **kw),
@@ -106,34 +109,9 @@ def step_bytes(params: list[torch.Tensor], opt: torch.optim.Optimizer) -> int:
     return total
 
 
-def copy_bandwidth(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    from benchmarks.generate import copy_bandwidth as measured
-
-    return measured(device)
-
-
-def _clock(device: torch.device) -> Callable[[Callable[[], Any]], float]:
-    """Milliseconds of one call: CUDA events on a GPU, wall time on a CPU."""
-    def gpu(fn: Callable[[], Any]) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
-    def cpu(fn: Callable[[], Any]) -> float:
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-
-    return gpu if device.type == "cuda" else cpu
-
-
 def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.device, dtype: torch.dtype,
-            steps: int, repeats: int, bandwidth: float | None, reference: list[torch.Tensor] | None) -> tuple[Row, list[torch.Tensor]]:
+            steps: int, repeats: int, bandwidth: float | None,
+            reference: list[torch.Tensor] | None) -> tuple[Row, list[torch.Tensor]]:
     """One variant's steps from the common start; returns its row and its parameters after ``steps``."""
     import fusebackend
 
@@ -158,15 +136,11 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
         torch._dynamo.reset()
         fusebackend.metrics.reset()
         step = torch.compile(opt.step, backend=fusebackend.fuse if variant == "fuse" else "inductor")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     try:
-        start = time.perf_counter()
-        step()
-        sync()
-        row.first_call_s = time.perf_counter() - start
+        _, row.first_call_s = timed_call(step, (), device)
         for _ in range(steps - 1):
             step()
-        sync()
+        synchronize(device)
     except Exception as exc:  # a failing variant is a row, not the end of the run
         row.status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return row, params
@@ -184,8 +158,7 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
                 op = line.split(":", 1)[1].split()[0].removeprefix("aten.").rsplit(".", 1)[0]
                 calls[op] = calls.get(op, 0) + 1
         row.aten_calls = calls
-    clock = _clock(device)
-    row.step_ms = statistics.median(clock(step) for _ in range(repeats))
+    row.step_ms = median_ms(step, device, TimingConfig(cpu_repeats=repeats))
     if bandwidth:
         row.floor_ms = step_bytes(params, opt) / bandwidth / 1e6
         row.share = row.floor_ms / row.step_ms
@@ -201,7 +174,8 @@ def measure(names: list[str], size: str, optimizers: list[str], variants: list[s
         for optimizer in optimizers:
             reference = None
             for variant in ["eager"] + [v for v in variants if v != "eager"]:
-                row, after = run_one(name, size, optimizer, variant, device, dtype, steps, repeats, bandwidth, reference)
+                row, after = run_one(name, size, optimizer, variant, device, dtype, steps, repeats, bandwidth,
+                                     reference)
                 if variant == "eager":
                     reference = after
                 rows.append(row)
@@ -234,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--optimizers", default="adamw,sgd,adafactor")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--steps", type=int, default=3, help="steps before the parameters are compared")
-    p.add_argument("--repeats", type=int, default=20, help="timed steps (median)")
+    p.add_argument("--repeats", type=int, default=20, help="CPU: timed steps (median); a GPU times by do_bench")
     p.add_argument("--cold", action="store_true", help="Inductor's, Triton's and fuse's caches in fresh folders")
     p.add_argument("--out", default=None, help="folder for optimizers.json")
     args = p.parse_args(argv)
@@ -242,12 +216,14 @@ def main(argv: list[str] | None = None) -> None:
     size = args.size or ("real" if device.type == "cuda" else "tiny")
     if args.cold:
         folder = tempfile.mkdtemp(prefix="optimizers_caches_")
-        for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"), ("FUSE_CACHE_DIR", "fuse")):
+        for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
+                         ("FUSE_CACHE_DIR", "fuse")):
             os.environ[var] = os.path.join(folder, sub)
-    bandwidth = copy_bandwidth(device)
+    bandwidth = copy_bandwidth(device, GiB, TimingConfig()).bytes_per_s if device.type == "cuda" else None
     if bandwidth:
         print(f"copy bandwidth {bandwidth:.0f} GB/s ({torch.cuda.get_device_name()})")
-    unknown = sorted(set(args.optimizers.split(",")) - set(OPTIMIZERS)) + sorted(set(args.variants.split(",")) - set(VARIANTS))
+    unknown = (sorted(set(args.optimizers.split(",")) - set(OPTIMIZERS))
+               + sorted(set(args.variants.split(",")) - set(VARIANTS)))
     if unknown:
         raise SystemExit(f"unknown optimizer or variant: {', '.join(unknown)} (optimizers {', '.join(OPTIMIZERS)}; "
                          f"variants {', '.join(VARIANTS)})")

@@ -132,13 +132,16 @@ def in_place_chains(gm: torch.fx.GraphModule) -> int:
     """
     graph = gm.graph
     rewritten = 0
+    removed: set[torch.fx.Node] = set()
     for last in [n for n in graph.nodes if _functional_foreach(n) is not None]:
-        if last.graph is not graph or last not in last.graph.nodes:
-            continue  # removed as part of an earlier chain
+        if last in removed:  # a call of a chain rewritten before
+            continue
+        # the order again for each chain: a rewritten chain's in-place calls are new nodes
         chain = _chain(last, {n: k for k, n in enumerate(graph.nodes)})
         if chain is None:
             continue
         calls, inputs, copies = chain
+        removed.update(calls)
         for call in calls:
             in_place = _functional_foreach(call)
             with graph.inserting_before(call):

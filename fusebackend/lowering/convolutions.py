@@ -130,12 +130,14 @@ def convolution_backward(b: GraphLowering, grad_output: TensorArg, input: Tensor
         gy = _per_group_rows(b, grad_output, groups)  # [G, N * L_out, O / G]
     if output_mask[1]:
         windows = _windows(b, input, window, groups)
-        products = _bmm(b, _swapped(gy), windows, "a grouped convolution's weight gradient")  # [G, O/G, C/G*K]
+        # [G, O / G, C / G * K]
+        products = _bmm(b, gy.permuted((0, 2, 1)), windows, "a grouped convolution's weight gradient")
         grad_weight = b.view((products,), products.meta.view(tuple(weight.sizes)))
     if output_mask[0]:
         w = _weight_rows(b, weight, groups)  # [G, O / G, C / G * K]
         # [G, C / G * K, N * L_out]: the fold reads it along the positions
-        columns = _bmm(b, _swapped(w), _swapped(gy), "a grouped convolution's input gradient, by window")
+        columns = _bmm(b, w.permuted((0, 2, 1)), gy.permuted((0, 2, 1)),
+                       "a grouped convolution's input gradient, by window")
         grad_input = _fold(b, columns, input, window, groups)
     if output_mask[2]:
         grad_bias = b.bias_gradient(grad_output)
@@ -210,13 +212,6 @@ def _per_group_rows(b: GraphLowering, y: TensorArg, groups: int) -> TensorArg:
     return b.view((rows,), rows.meta.view(groups, n * lout, og))
 
 
-def _swapped(x: TensorArg) -> TensorArg:
-    """A batch of matrices [B, M, K] as [B, K, M] (a view)."""
-    v = x.view
-    return TensorArg(ir.View(v.buffer, (v.sizes[0], v.sizes[2], v.sizes[1]), (v.strides[0], v.strides[2], v.strides[1]),
-                             v.offset), x.meta.transpose(1, 2))
-
-
 def _bmm(b: GraphLowering, first: TensorArg, second: TensorArg, why: str) -> TensorArg:
     bmm = aten.bmm.default
     return b.extern(bmm, (first, second), {}, bmm(first.meta, second.meta), reason=why)
@@ -234,7 +229,7 @@ def _grouped_products(b: GraphLowering, x: TensorArg, weight: TensorArg, bias: T
     og = o // groups
     w = _weight_rows(b, weight, groups)
     windows = _windows(b, x, window, groups)
-    products = _bmm(b, windows, _swapped(w), "a grouped convolution, by window")  # [G, N * L_out, O / G]
+    products = _bmm(b, windows, w.permuted((0, 2, 1)), "a grouped convolution, by window")  # [G, N * L_out, O / G]
     acc = ir.compute_dtype(x.dtype)
 
     def body(ctx: LoweringContext) -> Expr:

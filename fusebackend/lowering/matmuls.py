@@ -84,11 +84,6 @@ def _round_up(n: int, multiple: int) -> int:
     return math.ceil(n / multiple) * multiple
 
 
-def _transposed(x: TensorArg) -> TensorArg:
-    v = x.view
-    return TensorArg(ir.View(v.buffer, v.sizes[::-1], v.strides[::-1], v.offset), x.meta.t())
-
-
 def _column_major(x: TensorArg) -> bool:
     return x.meta.stride(0) == 1 and x.meta.stride(1) != 1
 
@@ -98,7 +93,7 @@ def _zero_padded(b: GraphLowering, x: TensorArg, dim: int, size: int, why: str) 
     orientation (rows or columns contiguous). One buffer per padding of the same elements:
     a matrix and its transpose, padded alike, share it."""
     flip = _column_major(x)
-    rows = _transposed(x) if flip else x  # the same elements, rows contiguous
+    rows = x.permuted((1, 0)) if flip else x  # the same elements, rows contiguous
     rdim = 1 - dim if flip else dim
     key = (rows.view, rdim, size)
     if key not in b.padded:
@@ -110,7 +105,7 @@ def _zero_padded(b: GraphLowering, x: TensorArg, dim: int, size: int, why: str) 
         b.padded[key] = b.lower_node(pad, POINTWISE[pad], (rows, [0, extra] if rdim == 1 else [0, 0, 0, extra], 0.0),
                                      {}, meta, why)
     padded = b.padded[key]
-    return _transposed(padded) if flip else padded
+    return padded.permuted((1, 0)) if flip else padded
 
 
 def _rows_aligned(x: TensorArg) -> bool:

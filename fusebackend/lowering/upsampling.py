@@ -416,9 +416,9 @@ def separable_backward(b: GraphLowering, grad_output: TensorArg, axes: Sequence[
         sizes = list(current.sizes)
         sizes[dim] = axes[k].in_size
         strides = _dense(sizes, memory_order)
-        summed = _dim_backward(b, _permuted(current, order), axes[k], dtype if k == 0 else acc,
+        summed = _dim_backward(b, current.permuted(order), axes[k], dtype if k == 0 else acc,
                                [strides[d] for d in order])
-        current = _permuted(summed, [order.index(d) for d in range(len(order))])
+        current = summed.permuted([order.index(d) for d in range(len(order))])
     return current
 
 
@@ -458,13 +458,6 @@ def _dense(sizes: Sequence[int], order: Sequence[int]) -> list[int]:
         strides[d] = step
         step *= max(sizes[d], 1)
     return strides
-
-
-def _permuted(x: TensorArg, order: Sequence[int]) -> TensorArg:
-    """``x`` with its dims in ``order`` (a view)."""
-    v = x.view
-    return TensorArg(ir.View(v.buffer, tuple(v.sizes[d] for d in order), tuple(v.strides[d] for d in order), v.offset),
-                     x.meta.permute(*order))
 
 
 def _reads(m: FloorAffine, i: sympy.Expr, h: sympy.Expr, ranges: dict[sympy.Symbol, int]) -> Expr:

@@ -30,6 +30,12 @@ class TensorArg:
     def sizes(self) -> tuple[int, ...]:
         return self.view.sizes
 
+    def permuted(self, order: Sequence[int]) -> TensorArg:
+        """The same elements with the dims in ``order`` (a view, as ``permute``)."""
+        v = self.view
+        return TensorArg(ir.View(v.buffer, tuple(v.sizes[d] for d in order), tuple(v.strides[d] for d in order),
+                                 v.offset), self.meta.permute(*order))
+
 
 class LoweringContext:
     """What a lowering sees: the output's layout and helpers to read arguments at its index."""
