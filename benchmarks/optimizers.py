@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
                          ("FUSE_CACHE_DIR", "fuse")):
             os.environ[var] = os.path.join(folder, sub)
-    bandwidth = copy_bandwidth(device, GiB, TimingConfig()).bytes_per_s if device.type == "cuda" else None
+    bandwidth = copy_bandwidth(device, GiB, TimingConfig()).bytes_per_s / 1e9 if device.type == "cuda" else None
     if bandwidth:
         print(f"copy bandwidth {bandwidth:.0f} GB/s ({torch.cuda.get_device_name()})")
     unknown = (sorted(set(args.optimizers.split(",")) - set(OPTIMIZERS))

@@ -10,7 +10,9 @@
 - ``eager_graphs``: whole graphs run eagerly after a failure;
 - ``attention_masks``: attention calls whose mask was dropped, by what the call became: ``none``
   (a constant mask that masked nothing), ``causal`` (``is_causal=True``) or ``rows`` (a mask the
-  same along the keys: its dropped rows zeroed after the call) (``attention_masks.py``);
+  same along the keys: its dropped rows zeroed after the call) (``attention_masks.py``), and
+  ``gqa``: calls whose repeated key/value heads were replaced by ``enable_gqa=True``
+  (``lowering/attention_heads.py``);
 - ``stage_seconds``: compile time by stage: ``dynamo`` (Dynamo's tracing of the Python, less
   the time in this backend), ``aot`` (AOTAutograd's tracing, decomposition and partition),
   ``cache`` (the cache key and looking up the entry), ``lower``, ``verify``, ``schedule``,

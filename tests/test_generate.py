@@ -5,6 +5,8 @@ config; the decode step writes the key-value cache in place (``lowering.mutation
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -107,7 +109,9 @@ def test_int8_weights_decode_with_the_dequantization_in_the_products() -> None:
     externs = [line for line in decode.splitlines() if line.startswith("  extern ")]
     assert not any("mm" in line.split("|")[0] for line in externs), decode
     moves = next(line for line in decode.splitlines() if line.startswith("  graph moves"))
-    assert "(1.00x)" in moves, moves
+    # at most the floor (each input read once; the caches, written in place at one position,
+    # counted as written whole): no weight is read twice
+    assert float(re.search(r"\(([0-9.]+)x\)", moves).group(1)) <= 1.0, moves
     quantized = sum(b.numel() for n, b in model.named_buffers() if n.endswith("weight_int8"))
     table = next(m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding))
     # the int8 weights counted (with their scales and norms), the embedding only gathered not

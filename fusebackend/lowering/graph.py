@@ -42,7 +42,7 @@ from torch.utils import _pytree as pytree
 
 from fusebackend import foreach, indexing, ir, metrics, sizevars, symbolic
 from fusebackend.constants import fold_foreign
-from fusebackend.lowering import layouts, trace
+from fusebackend.lowering import attention_heads, layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
@@ -581,6 +581,7 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     a backward graph); these keep eager's layouts. None: all of them. ``symbolic_sizes``: sizes
     stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``.
     ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
+    attention_heads.share_kv_heads(gm)  # grouped-query attention reads the unrepeated heads
     foreach.in_place_chains(gm)  # foreach calls left whole update the inputs in place
     lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied)
     # CPU tensors a CUDA graph makes from constants: made once, here, not at every call
