@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import fusebackend
 from fusebackend import indexing, ir
-from helpers import check, check_lowered, compile_fn, kernel_count, kernels
+from helpers import TOLERANCE, check, check_lowered, compile_fn, kernel_count, kernels
 
 f16, bf16, f32, f64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 i8, i32, i64, b1 = torch.int8, torch.int32, torch.int64, torch.bool
@@ -365,3 +365,29 @@ def test_index_put_into_a_graph_input_in_place() -> None:
     torch.testing.assert_close(actual, expected)
     torch.testing.assert_close(actual_x, expected_x)
     assert "index_put" not in fusebackend.metrics.fallbacks and kernel_count() >= 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads,length,dim", [(2, 1, 16), (3, 5, 10)])
+def test_rotary_written_into_a_cache_is_one_kernel(dtype: torch.dtype, heads: int, length: int, dim: int) -> None:
+    # a decode step's keys: rotated (halves swapped, one negated: a concatenation of two parts
+    # computed in the kernel) and written into a static cache at their positions. The scatter
+    # kernel computes the rotation at the concatenation's positions; nothing goes through memory
+    def fn(cache: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor) -> None:
+        half = k.shape[-1] // 2
+        rotated = torch.cat((-k[..., half:], k[..., :half]), dim=-1)
+        cache.index_copy_(2, pos, k * cos + rotated * sin)
+
+    torch.manual_seed(0)
+    cache = torch.randn(2, heads, 9, dim, dtype=dtype)
+    k = torch.randn(2, length, heads, dim, dtype=dtype).transpose(1, 2)  # heads of a projection: strided
+    cos, sin = torch.randn(1, 1, length, dim, dtype=dtype), torch.randn(1, 1, length, dim, dtype=dtype)
+    pos = torch.randperm(9)[:length]
+    expected = cache.clone()
+    fn(expected, k, cos, sin, pos)
+    actual = cache.clone()
+    compile_fn(fn)(actual, k, cos, sin, pos)
+    torch.testing.assert_close(actual, expected, atol=TOLERANCE[dtype][0], rtol=TOLERANCE[dtype][1])
+    assert kernel_count() == 1
+    (source,) = kernels().values()
+    assert "tl.where(" in source  # the concatenation's parts, computed in place

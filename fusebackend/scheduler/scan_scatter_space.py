@@ -106,7 +106,8 @@ def plan_scatter_space(nodes: Sequence[ir.Node], stored: set[str]) -> KernelSpac
 
 def _check_loads(nodes: Sequence[ir.Node], space: KernelSpace, roots: list[str]) -> None:
     """Every in-kernel load of a scan's result is of the element being computed; nothing gathers
-    from a node of the kernel (a gather reads memory)."""
+    from a node of the kernel (a gather reads memory; a concatenation's parts, at positions
+    computed from the index, may be computed in it)."""
     producers = {n.name: n for n in nodes}
     ranges = space.ranges
     seen: set[tuple[str, tuple[sympy.Expr, ...]]] = set()
@@ -117,9 +118,11 @@ def _check_loads(nodes: Sequence[ir.Node], space: KernelSpace, roots: list[str])
             producer = producers.get(load.view.buffer.name)
             if producer is None:
                 continue
-            if isinstance(load, ir.IndirectLoad):
+            index = load.index if isinstance(load, ir.Load) else load.computed_index()
+            if index is None:
                 raise SpaceError(f"{node.name} gathers from {producer.name}, which must be in memory")
-            idx = tuple(indexing.simplify_at(i, subst, ranges) for i in load.index)
+            # a concatenation's part reads at positions computed from the index: inlined like a load
+            idx = tuple(indexing.simplify_at(i, subst, ranges) for i in index)
             pidx = producer_index(producer, load.view, idx, ranges)
             pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
             if isinstance(producer, ir.Scan):
