@@ -154,8 +154,9 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
         row.kernels = len(last.kernels) if last is not None else 0
         calls: dict[str, int] = {}
         for line in last.schedule.splitlines() if last is not None else []:
-            if line.startswith("  extern "):
-                op = line.split(":", 1)[1].split()[0].removeprefix("aten.").rsplit(".", 1)[0]
+            op = line.split(":", 1)[1].split()[0] if line.startswith("  extern ") else ""
+            if op.startswith("aten."):  # (a fusebackend.foreach_lists call is a kernel, counted above)
+                op = op.removeprefix("aten.").rsplit(".", 1)[0]
                 calls[op] = calls.get(op, 0) + 1
         row.aten_calls = calls
     row.step_ms = median_ms(step, device, TimingConfig(cpu_repeats=repeats))

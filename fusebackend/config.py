@@ -106,6 +106,10 @@ class Config:
     # products (H100, 2026-11-28); at 4 and 16 rows it reads the weight once a row and loses (the
     # 2048x8192 down projection 50 and 182 us against cuBLAS's 23, H100, 2026-11-27).
     row_products: int = dataclasses.field(default_factory=lambda: _env_int("FUSE_ROW_PRODUCTS", 1))
+    # FUSE_FOREACH_LISTS: 1 generates each run of foreach calls left whole (an optimizer step over
+    # more than foreach.MAX_TENSORS tensors) as one kernel over every tensor of the lists
+    # (lowering/foreach_lists.py); 0 leaves them ATen calls, in place where they can be.
+    foreach_lists: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_FOREACH_LISTS", 1) != 0)
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)

@@ -18,7 +18,8 @@ the others (a scalar, a 0-dim tensor, ``alpha``) passed to every call. ``_foreac
 ``_foreach_mm`` and ``_foreach_powsum``, any foreach op whose per-tensor op is unknown, and
 calls over more than ``MAX_TENSORS`` tensors (the scheduler's time; see there). Those calls
 update the graph's inputs in place where their results are only copied back into them
-(``in_place_chains``, before lowering), as eager's optimizers do.
+(``in_place_chains``, before lowering), as eager's optimizers do, and each run of them becomes
+one generated kernel over every tensor of the lists (``lowering/foreach_lists.py``).
 """
 
 from __future__ import annotations

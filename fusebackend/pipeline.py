@@ -11,6 +11,7 @@ import torch
 from fusebackend import cache, checking, codegen, dump, ir, lowering, metrics, scheduler, sizevars, symbolic
 from fusebackend.config import config, use_interpreter
 from fusebackend.kernels import autotune, precompile, runtime
+from fusebackend.lowering import foreach_lists
 from fusebackend.lowering.mutations import order_hazards
 
 
@@ -86,7 +87,8 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
                  for k in kernels],
         texts={"aten_graph": gm.code, "ir": str(graph), "fused_ir": _fused_ir(sched, kernels),
                "schedule": f"{sched.report()}\n{wrapper.memory}"
-                           + "".join(f"\nnot made over symbolic sizes: {what}" for what in declined)},
+                           + "".join(f"\nnot made over symbolic sizes: {what}" for what in declined),
+               **foreach_lists.kernel_sources(sched)},
         fallbacks=dict(metrics.fallbacks - fallbacks_before),
         fx_values=dict(graph.fx_values),
         sources={k.name: k.plan.sources for k in kernels},
@@ -110,7 +112,8 @@ def _ready(entry: cache.Entry, gm: torch.fx.GraphModule | Callable[[], torch.fx.
         ir=entry.texts["ir"],
         fused_ir=entry.texts["fused_ir"],
         schedule=entry.texts["schedule"],
-        kernels={k.name: k.source for k in entry.kernels},
+        kernels={k.name: k.source for k in entry.kernels}
+        | {name: text for name, text in entry.texts.items() if name.startswith(foreach_lists.KERNEL_NAME)},
         wrapper=entry.wrapper,
         stage_seconds=seconds,
         sources=dict(entry.sources),

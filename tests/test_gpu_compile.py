@@ -129,6 +129,34 @@ for name, (fn, args) in GRAPHS.items():
         except Exception as exc:
             raise SystemExit(f"{name}: {kernel.name} does not compile: {exc}\n{kernel.source}")
         count += 1
+
+
+# a run of foreach calls over long lists: one kernel over every tensor (lowering/foreach_lists.py)
+from fusebackend import foreach
+from fusebackend.lowering import foreach_lists
+
+
+def adamw_like(params, grads, avgs, steps):
+    torch._foreach_add_(steps, 1)
+    torch._foreach_mul_(params, 0.99)
+    torch._foreach_lerp_(avgs, grads, 0.1)
+    bias = torch._foreach_sub(torch._foreach_pow(0.9, steps), 1)
+    denom = torch._foreach_add(torch._foreach_sqrt(torch._foreach_mul(avgs, avgs)), 1e-8)
+    torch._foreach_addcdiv_(params, avgs, torch._foreach_div(denom, bias), -0.01)
+
+
+lists = [[torch.randn(n) for n in range(20, 60, 2)] for _ in range(3)] + [[torch.tensor(1.0) for _ in range(20)]]
+gm = make_fx(torch.func.functionalize(adamw_like, remove="mutations_and_views"))(*lists)
+foreach.in_place_chains(gm)
+assert foreach_lists.fuse_runs(gm) > 0
+(call,) = [n for n in gm.graph.nodes if n.target is foreach_lists.CALL]
+jit = runtime.load_kernel("foreach_lists", call.args[0])
+signature = {"table_ptr": "*i64", "blocks_ptr": "*i64", "numels_ptr": "*i64", "N": "i32", "BLOCK": "constexpr"}
+try:
+    triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK}), target=target)
+except Exception as exc:
+    raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")
+count += 1
 print("compiled", count, "variants", variants)
 '''
 

@@ -41,8 +41,9 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from fusebackend import foreach, indexing, ir, metrics, sizevars, symbolic
+from fusebackend.config import config
 from fusebackend.constants import fold_foreign
-from fusebackend.lowering import attention_heads, layouts, trace
+from fusebackend.lowering import attention_heads, foreach_lists, layouts, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
@@ -304,8 +305,8 @@ class GraphLowering(SymbolicSizes, IRBuilder):
             out_meta = target(*self._to_meta(args), **self._to_meta(kwargs))
         leaves = pytree.tree_leaves(out_meta)
         if not any(isinstance(t, torch.Tensor) for t in leaves):
-            if target._schema.is_mutable:
-                return self.extern(target, args, kwargs, out_meta)
+            if target._schema.is_mutable:  # (a run of foreach calls generated here is no fallback)
+                return self.extern(target, args, kwargs, out_meta, counted=target is not foreach_lists.CALL)
             return out_meta  # sizes, strides and other non-tensor results
         reason = beyond_kernels(args, kwargs, out_meta)
         if reason is not None:
@@ -583,6 +584,8 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
     attention_heads.share_kv_heads(gm)  # grouped-query attention reads the unrepeated heads
     foreach.in_place_chains(gm)  # foreach calls left whole update the inputs in place
+    if config.foreach_lists:
+        foreach_lists.fuse_runs(gm)  # and their runs are one generated kernel over every tensor
     lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied)
     # CPU tensors a CUDA graph makes from constants: made once, here, not at every call
     fold_foreign(gm, lowering.device)

@@ -1,0 +1,132 @@
+"""Runs of foreach calls over long lists as one generated kernel over every tensor
+(``fusebackend/lowering/foreach_lists.py``): optimizer steps compiled with ``torch.compile(opt.step)``
+over more tensors than ``foreach.MAX_TENSORS``, of odd sizes, against eager's optimizer; what the
+kernel holds; and the runs it leaves as ATen calls, still right."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+
+import fusebackend
+from fusebackend import foreach
+from fusebackend.lowering import foreach_lists
+
+OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True),
+    "adam_amsgrad": lambda params: torch.optim.Adam(params, lr=1e-2, amsgrad=True, foreach=True),
+    "sgd_nesterov": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True, foreach=True),
+    "rmsprop": lambda params: torch.optim.RMSprop(params, lr=1e-3, momentum=0.5, foreach=True),
+}
+SHAPES = [(3, 5), (7,), (2, 3, 4), (1,), (1100,), (33, 31)]  # odd sizes; one longer than a block
+
+
+def _steps(name: str, shapes: list[tuple[int, ...]], steps: int = 3, make: Callable[..., Any] = torch.randn
+           ) -> tuple[list[torch.Tensor], list[torch.Tensor], Any, Any]:
+    """Parameters of ``shapes`` and their twins after ``steps`` steps of optimizer ``name``: compiled
+    for the parameters, eager for the twins."""
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    params = [torch.nn.Parameter(make(shape)) for shape in shapes]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, twin_opt = OPTIMIZERS[name](params), OPTIMIZERS[name](twins)
+    step = torch.compile(opt.step, backend="fuse")
+    for _ in range(steps):
+        for p, q in zip(params, twins):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        with fusebackend.config.patch(graph_cache=False):
+            step()
+        twin_opt.step()
+    return params, twins, opt, twin_opt
+
+
+def _assert_same(params, twins, opt, twin_opt) -> None:
+    for got, want in zip(params, twins):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        for key, state in twin_opt.state[want].items():  # moments, step counts, momentum buffers
+            torch.testing.assert_close(opt.state[got][key], state, atol=1e-5, rtol=1e-4)
+
+
+def _externs(schedule: str) -> list[str]:
+    return [line.split("|")[0].split(": ", 1)[1].strip() for line in schedule.splitlines()
+            if line.startswith("  extern ")]
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_step_over_many_tensors_is_one_kernel(name: str) -> None:
+    shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 4]
+    params, twins, opt, twin_opt = _steps(name, shapes)
+    _assert_same(params, twins, opt, twin_opt)
+    assert fusebackend.metrics.eager_graphs == 0
+    steady = fusebackend.last_compiled().schedule  # the step after the states were made
+    externs = _externs(steady)
+    assert externs.count("fusebackend.foreach_lists.default") == 1, steady
+    # what stays ATen: the step counts' += 1 (each position's programs would read the count
+    # another one had written), as eager makes it
+    assert [e for e in externs if e != "fusebackend.foreach_lists.default"] in (
+        [], ["aten._foreach_add_.Scalar"]), steady
+    assert "foreach_lists" not in fusebackend.metrics.fallbacks
+
+
+def test_the_kernel_reads_and_writes_each_list_once() -> None:
+    sources: list[str] = []
+    plan_source = foreach_lists._Plan.source
+
+    def keep(plan: Any) -> str:
+        sources.append(plan_source(plan))
+        return sources[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(foreach_lists._Plan, "source", keep)
+        _steps("adamw", (SHAPES * 4)[: foreach.MAX_TENSORS + 1])
+    source = sources[-1]
+    # parameters, first and second moments written; gradients and step counts read
+    assert source.count("tl.store(") == 3
+    assert source.count("tl.load(p") == 5  # the four lists and the step counts (one value a tensor)
+    assert source.count(" + offs, mask=mask)") == 4  # each list's elements loaded once
+    assert "th.sqrt(" in source and "th.div(" in source
+
+
+@pytest.mark.parametrize("case", ["non-contiguous", "float64", "off"])
+def test_runs_it_does_not_generate_stay_aten_calls(case: str) -> None:
+    shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 2]
+    if case == "non-contiguous":  # a parameter made transposed: its elements are not the list's order
+        make = lambda shape: torch.randn(*reversed(shape)).transpose(0, -1) if len(shape) > 1 else torch.randn(shape)  # noqa: E731
+        result = _steps("adamw", shapes, make=make)
+    elif case == "float64":
+        result = _steps("adamw", shapes, make=lambda shape: torch.randn(shape, dtype=torch.float64))
+    else:
+        with fusebackend.config.patch(foreach_lists=False):
+            result = _steps("adamw", shapes)
+    _assert_same(*result)
+    steady = fusebackend.last_compiled().schedule
+    assert "foreach_lists" not in steady and "_foreach_addcdiv_" in steady, steady
+
+
+def test_a_tensor_learning_rate_is_read_by_the_kernel() -> None:
+    # capturable AdamW with the learning rate a tensor (a scheduler changes it without a
+    # recompile): one scalar tensor read at every position of the lists. Eager's twin takes the
+    # rate as a float (capturable steps run eagerly only on a GPU)
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 3]
+    params = [torch.nn.Parameter(torch.randn(shape)) for shape in shapes]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt = torch.optim.AdamW(params, lr=torch.tensor(0.02), weight_decay=0.1, foreach=True, capturable=True)
+    twin_opt = torch.optim.AdamW(twins, lr=0.02, weight_decay=0.1, foreach=True)
+    step = torch.compile(opt.step, backend="fuse")
+    for _ in range(3):
+        for p, q in zip(params, twins):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        with fusebackend.config.patch(graph_cache=False):
+            step()
+        twin_opt.step()
+    for got, want in zip(params, twins):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    steady = fusebackend.last_compiled().schedule
+    assert _externs(steady).count("fusebackend.foreach_lists.default") == 1, steady
+    assert "_foreach_addcdiv" not in steady and "_foreach_mul" not in steady, steady
