@@ -88,7 +88,7 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
         texts={"aten_graph": gm.code, "ir": str(graph), "fused_ir": _fused_ir(sched, kernels),
                "schedule": f"{sched.report()}\n{wrapper.memory}"
                            + "".join(f"\nnot made over symbolic sizes: {what}" for what in declined),
-               **foreach_lists.kernel_sources(sched)},
+               **foreach_lists.list_kernels(sched)},
         fallbacks=dict(metrics.fallbacks - fallbacks_before),
         fx_values=dict(graph.fx_values),
         sources={k.name: k.plan.sources for k in kernels},

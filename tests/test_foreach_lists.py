@@ -23,15 +23,16 @@ OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
 SHAPES = [(3, 5), (7,), (2, 3, 4), (1,), (1100,), (33, 31)]  # odd sizes; one longer than a block
 
 
-def _steps(name: str, shapes: list[tuple[int, ...]], steps: int = 3, make: Callable[..., Any] = torch.randn
+def _steps(name: str, shapes: list[tuple[int, ...]], steps: int = 3, make: Callable[..., Any] = torch.randn,
+           twin: Callable[[Any], torch.optim.Optimizer] | None = None
            ) -> tuple[list[torch.Tensor], list[torch.Tensor], Any, Any]:
     """Parameters of ``shapes`` and their twins after ``steps`` steps of optimizer ``name``: compiled
-    for the parameters, eager for the twins."""
+    for the parameters, eager for the twins (optimizer ``twin`` where given)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     params = [torch.nn.Parameter(make(shape)) for shape in shapes]
     twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    opt, twin_opt = OPTIMIZERS[name](params), OPTIMIZERS[name](twins)
+    opt, twin_opt = OPTIMIZERS[name](params), (twin or OPTIMIZERS[name])(twins)
     step = torch.compile(opt.step, backend="fuse")
     for _ in range(steps):
         for p, q in zip(params, twins):
@@ -110,21 +111,13 @@ def test_a_tensor_learning_rate_is_read_by_the_kernel() -> None:
     # capturable AdamW with the learning rate a tensor (a scheduler changes it without a
     # recompile): one scalar tensor read at every position of the lists. Eager's twin takes the
     # rate as a float (capturable steps run eagerly only on a GPU)
-    torch.manual_seed(0)
-    torch._dynamo.reset()
-    shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 3]
-    params = [torch.nn.Parameter(torch.randn(shape)) for shape in shapes]
-    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    opt = torch.optim.AdamW(params, lr=torch.tensor(0.02), weight_decay=0.1, foreach=True, capturable=True)
-    twin_opt = torch.optim.AdamW(twins, lr=0.02, weight_decay=0.1, foreach=True)
-    step = torch.compile(opt.step, backend="fuse")
-    for _ in range(3):
-        for p, q in zip(params, twins):
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
-        with fusebackend.config.patch(graph_cache=False):
-            step()
-        twin_opt.step()
+    OPTIMIZERS["adamw_tensor_lr"] = lambda params: torch.optim.AdamW(
+        params, lr=torch.tensor(0.02), weight_decay=0.1, foreach=True, capturable=True)
+    try:
+        params, twins, opt, _ = _steps("adamw_tensor_lr", (SHAPES * 4)[: foreach.MAX_TENSORS + 3],
+                                       twin=lambda ps: torch.optim.AdamW(ps, lr=0.02, weight_decay=0.1, foreach=True))
+    finally:
+        del OPTIMIZERS["adamw_tensor_lr"]
     for got, want in zip(params, twins):
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
     steady = fusebackend.last_compiled().schedule

@@ -37,6 +37,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from fusebackend.codegen.kernel_header import HEADER
 from fusebackend.codegen.triton_ops import render_op, takes_tensors
 from fusebackend.lowering.registry import bind_arguments
 
@@ -53,7 +54,7 @@ CALL = torch.ops.fusebackend.foreach_lists.default
 KERNEL_NAME = "foreach_lists"  # the generated function's name; the dumps' (one for each call of a graph)
 
 
-def kernel_sources(schedule: Any) -> dict[str, str]:
+def list_kernels(schedule: Any) -> dict[str, str]:
     """The kernels of a schedule's ``foreach_lists`` calls, by name for the dumps
     (``foreach_lists0``...)."""
     calls = [step.node for step in schedule.steps if getattr(getattr(step, "node", None), "op", None) is CALL]
@@ -358,12 +359,7 @@ class _Plan:
         """The kernel's Triton source."""
         names = ", ".join(f"{_call_name(n)[0]}{'_' if _call_name(n)[1] else ''}" for n in self.run)
         lines = [
-            "import triton",
-            "import triton.language as tl",
-            "from fusebackend.kernels import triton_helpers as th",
-            "",
-            "",
-            "@triton.jit",
+            *HEADER,
             "def foreach_lists(table_ptr, blocks_ptr, numels_ptr, N, BLOCK: tl.constexpr):",
             f"    # {len(self.run)} foreach calls over lists of N tensors: {names}",
             "    # a program: one block of one tensor of the lists (blocks_ptr: tensor, first element);",
