@@ -119,3 +119,19 @@ def test_a_harness_run_writes_its_chart_and_draws_it_again(tmp_path: pathlib.Pat
     # nothing with a floor: no chart, no file
     assert report.chart({"cases": [dict(data["cases"][0], floor_ms=None)]}, str(tmp_path / "none.png")) is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_the_int8_rows_study_checks_each_variant_against_float64() -> None:
+    # benchmarks/studies/int8_rows.py times kernels that dequantize int8 weights in different
+    # ways: each must compute the product it is timed for (bf16 rounding of the weights apart)
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.studies.int8_rows", "--check"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    errors = [float(line.split("error ")[1].split()[0]) for line in proc.stdout.splitlines() if "error " in line]
+    assert len(errors) == 2 * 5 and max(errors) < 1e-2, proc.stdout
