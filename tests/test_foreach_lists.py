@@ -123,3 +123,27 @@ def test_a_tensor_learning_rate_is_read_by_the_kernel() -> None:
     steady = fusebackend.last_compiled().schedule
     assert _externs(steady).count("fusebackend.foreach_lists.default") == 1, steady
     assert "_foreach_addcdiv" not in steady and "_foreach_mul" not in steady, steady
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_lists_round_each_result_as_the_graph_does(dtype: torch.dtype) -> None:
+    # parameters and states in bf16 or fp16, computed in fp32 with each call's results rounded
+    # to the dtype. The first step's moments, from zero, are one rounding each as the traced
+    # graph computes them: exp_avg is lerp's decomposition, m + (g - m) * w with w a fill of the
+    # dtype, and exp_avg_sq 0.999 * 0 + 0.001 * g * g. Three steps stay within the dtype's
+    # tolerance of eager's (whose lerp is one op, its weight an fp32 value)
+    shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 2]
+    make = lambda shape: torch.randn(shape, dtype=dtype)  # noqa: E731
+    params, _, opt, _ = _steps("adamw", shapes, steps=1, make=make)
+    source = next(v for k, v in fusebackend.last_compiled().kernels.items() if k.startswith("foreach_lists"))
+    assert ("th.round_bf16(" if dtype == torch.bfloat16 else ".to(tl.float16).to(tl.float32)") in source
+    fill = torch.tensor(1 - 0.9, dtype=dtype).float()
+    for p in params:
+        g = p.grad.float()
+        assert opt.state[p]["exp_avg"].dtype == dtype
+        assert torch.equal(opt.state[p]["exp_avg"], (g * fill).to(dtype))
+        assert torch.equal(opt.state[p]["exp_avg_sq"], (g * g * (1 - 0.999)).to(dtype))
+    params, twins, _, _ = _steps("adamw", shapes, make=make)
+    for got, want in zip(params, twins):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)

@@ -145,18 +145,20 @@ def adamw_like(params, grads, avgs, steps):
     torch._foreach_addcdiv_(params, avgs, torch._foreach_div(denom, bias), -0.01)
 
 
-lists = [[torch.randn(n) for n in range(20, 60, 2)] for _ in range(3)] + [[torch.tensor(1.0) for _ in range(20)]]
-gm = make_fx(torch.func.functionalize(adamw_like, remove="mutations_and_views"))(*lists)
-foreach.in_place_chains(gm)
-assert foreach_lists.fuse_runs(gm) > 0
-(call,) = [n for n in gm.graph.nodes if n.target is foreach_lists.CALL]
-jit = runtime.load_kernel("foreach_lists", call.args[0])
-signature = {"table_ptr": "*i64", "blocks_ptr": "*i64", "numels_ptr": "*i64", "N": "i32", "BLOCK": "constexpr"}
-try:
-    triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK}), target=target)
-except Exception as exc:
-    raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")
-count += 1
+for dtype in (torch.float32, torch.bfloat16):  # (half-precision lists rounded as ATen stores them)
+    lists = [[torch.randn(n, dtype=dtype) for n in range(20, 60, 2)] for _ in range(3)]
+    lists.append([torch.tensor(1.0) for _ in range(20)])
+    gm = make_fx(torch.func.functionalize(adamw_like, remove="mutations_and_views"))(*lists)
+    foreach.in_place_chains(gm)
+    assert foreach_lists.fuse_runs(gm) > 0
+    (call,) = [n for n in gm.graph.nodes if n.target is foreach_lists.CALL]
+    jit = runtime.load_kernel("foreach_lists", call.args[0])
+    signature = {"table_ptr": "*i64", "blocks_ptr": "*i64", "numels_ptr": "*i64", "N": "i32", "BLOCK": "constexpr"}
+    try:
+        triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK}), target=target)
+    except Exception as exc:
+        raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")
+    count += 1
 print("compiled", count, "variants", variants)
 '''
 

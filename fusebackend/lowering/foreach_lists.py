@@ -17,9 +17,11 @@ tensor's elements of every list it reads once, computes the whole run in registe
 each list the run updates in place, once. The step reads and writes each tensor once, in one
 launch, and compiles the same for 20 tensors or 2000.
 
-A run is taken where, for every position of the lists, each tensor is a contiguous float32
-tensor of that position's size or a float32 scalar (a 0-dim tensor: an optimizer's step count,
-or a value computed from it, the same for every element of the position), every result of a
+A run is taken where, for every position of the lists, each tensor is a contiguous tensor of
+that position's size or a scalar (a 0-dim tensor: an optimizer's step count, or a value computed
+from it, the same for every element of the position), every list of one dtype (float32, bfloat16
+or float16: computed in fp32, and each result of a half-precision list rounded to its dtype as
+eager's op stores it), on one device, every result of a
 call is read by later calls of the run only, scalars are numbers, and every call is one of
 ``_OPS`` (the optimizers' arithmetic). An update in place of a list of scalars (the step counts'
 ``+= 1``) ends a run: each of a position's programs would read the count another had written.
@@ -38,12 +40,13 @@ import torch
 import torch.fx
 
 from fusebackend.codegen.kernel_header import HEADER
-from fusebackend.codegen.triton_ops import render_op, takes_tensors
+from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_op, takes_tensors
 from fusebackend.lowering.registry import bind_arguments
 
 aten = torch.ops.aten
 
 BLOCK = 1024  # elements a program takes (one block of one tensor)
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # computed in fp32, half types rounded
 MIN_TENSORS = 2  # a run over fewer tensors is left as it is
 
 _LIBRARY = torch.library.Library("fusebackend", "DEF")
@@ -234,6 +237,7 @@ class _Plan:
         members = set(run)
         self.rows: dict[tuple[torch.fx.Node, ...], int] = {}  # a list in memory -> its row
         self.scalar_rows: set[int] = set()  # rows whose tensors are 0-dim
+        self.row_dtype: dict[int, torch.dtype] = {}
         self.current: dict[int, str] = {}  # row -> the variable holding its value now
         self.written: list[int] = []  # rows updated in place, in order of first update
         self.lines: list[str] = []
@@ -250,6 +254,9 @@ class _Plan:
             expr = rule(values)
             var = f"v{len(self.lines)}"
             first = bound.get("self")
+            dtype = self.row_dtype[self._row(first)] if in_place else self._result_dtype(node)
+            if dtype != torch.float32:  # as eager's op stores it: computed in fp32, rounded once
+                expr = render_op("round_to", [expr], dtype, [torch.float32])
             if in_place:
                 row = self._row(first)
                 if row in self.scalar_rows:
@@ -274,6 +281,15 @@ class _Plan:
             for t in key:
                 if seen.setdefault(t, row) != row and (row in self.written or seen[t] in self.written):
                     raise _Refused("a tensor in two lists, one of them updated")
+
+    @staticmethod
+    def _result_dtype(node: torch.fx.Node) -> torch.dtype:
+        """The dtype of a functional call's results (one for the whole list)."""
+        vals = node.meta.get("val")
+        dtypes = {v.dtype for v in vals if isinstance(v, torch.Tensor)} if isinstance(vals, (list, tuple)) else set()
+        if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPES:
+            raise _Refused(f"{node.name}'s results are not all of one float dtype")
+        return next(iter(dtypes))
 
     def _device(self) -> torch.device:
         """The device of the run's tensors (its first list's that is not of scalars)."""
@@ -317,9 +333,13 @@ class _Plan:
             return self.values[producer]
         if all(a.target is aten.full_like.default for a in arg):
             fills = {a.args[1] for a in arg}
-            if len(fills) != 1 or any(a.kwargs.get("dtype") not in (None, torch.float32) for a in arg):
-                raise _Refused("fills of different values")
-            return _number(next(iter(fills)))
+            dtypes = {a.meta["val"].dtype for a in arg if isinstance(a.meta.get("val"), torch.Tensor)}
+            if len(fills) != 1 or len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPES:
+                raise _Refused("fills of different values or dtypes")
+            fill = next(iter(fills))
+            if not _is_number(fill):
+                raise _Refused("a fill that is not a number")
+            return _number(float(torch.tensor(fill, dtype=next(iter(dtypes)))))  # the value as stored
         if any(a in members or (a.target is operator.getitem and a.args[0] in members) for a in arg):
             raise _Refused("a list mixing a call's results with other tensors")
         row = self._row(arg)
@@ -331,10 +351,12 @@ class _Plan:
         if row is not None:
             return row
         scalars = []
+        dtypes = set()
         for k, node in enumerate(key):
             val = node.meta.get("val")
-            if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
-                raise _Refused("a list of tensors that are not all float32")
+            if not isinstance(val, torch.Tensor) or val.dtype not in _DTYPES:
+                raise _Refused("a list of tensors that are not float32, bfloat16 or float16")
+            dtypes.add(val.dtype)
             if val.device != self.device:  # (under compile an optimizer keeps its step counts there)
                 raise _Refused("a tensor on another device than the lists'")
             if val.dim() == 0:
@@ -345,7 +367,10 @@ class _Plan:
                 raise _Refused("a tensor neither of its position's size and contiguous nor a scalar")
         if any(scalars) and not all(scalars):
             raise _Refused("a list mixing scalars and tensors")
+        if len(dtypes) != 1:
+            raise _Refused("a list of tensors of different dtypes")
         row = self.rows[key] = len(self.rows)
+        self.row_dtype[row] = dtypes.pop()
         if all(scalars):
             self.scalar_rows.add(row)
         self.current[row] = f"r{row}"
@@ -370,12 +395,16 @@ class _Plan:
             "    mask = offs < tl.load(numels_ptr + t)",
         ]
         for slot, row in enumerate(self.slots()):
-            lines.append(f"    p{row} = tl.load(table_ptr + {slot} * N + t).to(tl.pointer_type(tl.float32))")
+            dtype = self.row_dtype[row]
+            lines.append(f"    p{row} = tl.load(table_ptr + {slot} * N + t).to(tl.pointer_type({TRITON_DTYPE[dtype]}))")
             load = f"tl.load(p{row})" if row in self.scalar_rows else f"tl.load(p{row} + offs, mask=mask)"
-            lines.append(f"    r{row} = {load}")
+            lines.append(f"    r{row} = {load}" + ("" if dtype == torch.float32 else ".to(tl.float32)"))
         lines += [f"    {line}" for line in self.lines]
         for row in self.written:
-            lines.append(f"    tl.store(p{row} + offs, {self.current[row]}, mask=mask)")
+            value = self.current[row]
+            if self.row_dtype[row] != torch.float32:
+                value = render_op("to", [value], self.row_dtype[row], [torch.float32])
+            lines.append(f"    tl.store(p{row} + offs, {value}, mask=mask)")
         return "\n".join(lines) + "\n"
 
     def rewrite(self, graph: torch.fx.Graph) -> None:
