@@ -72,6 +72,30 @@ def test_a_step_over_many_tensors_is_one_kernel(name: str) -> None:
     assert "foreach_lists" not in fusebackend.metrics.fallbacks
 
 
+# PyTorch's other foreach optimizers: a run the kernel cannot take whole (calls over step counts
+# alone, ops it does not generate, results read by a later ATen call) is cut into the longest
+# parts it can; the rest stays ATen calls. Each step must be right, and no graph eager.
+OTHERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "adamax": lambda ps: torch.optim.Adamax(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "nadam": lambda ps: torch.optim.NAdam(ps, lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, foreach=True),
+    "radam": lambda ps: torch.optim.RAdam(ps, lr=1e-2, foreach=True),
+    "adadelta": lambda ps: torch.optim.Adadelta(ps, lr=1.0, weight_decay=0.1, foreach=True),
+    "asgd": lambda ps: torch.optim.ASGD(ps, lr=1e-2, foreach=True),
+    "rprop": lambda ps: torch.optim.Rprop(ps, lr=1e-2, foreach=True),
+    "adam_maximize": lambda ps: torch.optim.Adam(ps, lr=1e-2, maximize=True, weight_decay=0.1, foreach=True),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHERS))
+def test_other_optimizers_stay_right(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(OPTIMIZERS, name, OTHERS[name])
+    params, twins, opt, twin_opt = _steps(name, (SHAPES * 4)[: foreach.MAX_TENSORS + 2])
+    _assert_same(params, twins, opt, twin_opt)
+    assert fusebackend.metrics.eager_graphs == 0
+    assert "fusebackend.foreach_lists" in fusebackend.last_compiled().schedule
+
+
 def test_the_kernel_reads_and_writes_each_list_once() -> None:
     sources: list[str] = []
     plan_source = foreach_lists._Plan.source

@@ -9,7 +9,8 @@ calls, 7.5 ms on an H100 where eager's ``fused=True`` takes 1.34 and Inductor's 
 1.26 (2026-11-28, torch 2.11).
 
 ``fuse_runs`` replaces each run of such calls (consecutive in the graph but for the
-``getitem`` of their results and ``full_like`` constants) by one call of
+``getitem`` of their results and ``full_like`` constants), or each longest part of it that it
+can generate, by one call of
 ``torch.ops.fusebackend.foreach_lists``: a kernel generated here whose programs each take one
 block of one tensor of the lists, found in a table (tensor, first element) made once for the
 lists' sizes. Each list is a row of a table of pointers made at the call; a program loads its
@@ -97,9 +98,17 @@ def _literal(text: str) -> bool:
         return False
 
 
+def _other(a: dict[str, Any]) -> Any:
+    """A binary op's second operand: a list (``other``), a scalar (``scalar``), or scalars."""
+    for name in ("other", "scalar", "scalars"):
+        if name in a:
+            return a[name]
+    raise _Refused("a binary op without its second operand")
+
+
 def _arith(name: str) -> Callable[..., str]:
     def rule(a: dict[str, Any]) -> str:
-        other = a.get("other", a.get("scalar", a.get("scalars")))
+        other = _other(a)
         if name in ("add", "sub") and a.get("alpha", 1) != 1:
             other = _op("mul", other, a["alpha"])
         return _op("truediv" if name == "div" else name, a["self"], other)
@@ -149,8 +158,8 @@ def _is_number(value: Any) -> bool:
 
 _OPS: dict[str, Callable[[dict[str, Any]], str]] = {
     **{name: _arith(name) for name in ("add", "sub", "mul", "div")},
-    "maximum": lambda a: _op("maximum", a["self"], a["other"]),
-    "minimum": lambda a: _op("minimum", a["self"], a["other"]),
+    "maximum": lambda a: _op("maximum", a["self"], _other(a)),
+    "minimum": lambda a: _op("minimum", a["self"], _other(a)),
     "addcmul": _addc("addcmul"),
     "addcdiv": _addc("addcdiv"),
     "lerp": _lerp,
@@ -179,16 +188,32 @@ def fuse_runs(gm: torch.fx.GraphModule) -> int:
     (module docstring); returns how many calls were replaced."""
     replaced = 0
     for run in _runs(gm.graph):
-        try:
-            plan = _Plan(run)
-        except _Refused:
-            continue
-        plan.rewrite(gm.graph)
-        replaced += len(run)
+        start = 0
+        while start < len(run):  # the longest part from ``start`` that is generated, then the rest
+            plan = None
+            for end in range(len(run), start, -1):
+                plan = _plan(run[start:end])
+                if plan is not None:
+                    break
+            if plan is None:
+                start += 1  # this call stays ATen's
+                continue
+            plan.rewrite(gm.graph)
+            replaced += len(plan.run)
+            start += len(plan.run)
     if replaced:
         gm.graph.lint()
         gm.recompile()
     return replaced
+
+
+def _plan(run: list[torch.fx.Node]) -> _Plan | None:
+    if len(run) < 1:
+        return None
+    try:
+        return _Plan(run)
+    except Exception:  # refused, or a call this module reads wrong: left as it was, still right
+        return None
 
 
 def _lists_of(node: torch.fx.Node) -> list[Any]:
