@@ -119,7 +119,9 @@ def test_the_kernel_reads_and_writes_each_list_once() -> None:
 def test_runs_it_does_not_generate_stay_aten_calls(case: str) -> None:
     shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 2]
     if case == "non-contiguous":  # a parameter made transposed: its elements are not the list's order
-        make = lambda shape: torch.randn(*reversed(shape)).transpose(0, -1) if len(shape) > 1 else torch.randn(shape)  # noqa: E731
+        def make(shape: tuple[int, ...]) -> torch.Tensor:
+            return torch.randn(*reversed(shape)).transpose(0, -1) if len(shape) > 1 else torch.randn(shape)
+
         result = _steps("adamw", shapes, make=make)
     elif case == "float64":
         result = _steps("adamw", shapes, make=lambda shape: torch.randn(shape, dtype=torch.float64))

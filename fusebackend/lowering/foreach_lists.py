@@ -2,8 +2,9 @@
 
 An optimizer's step over N parameters is a run of ``_foreach_*`` calls, one per step of its
 formula; AOTAutograd's graph keeps them whole where their lists are longer than
-``foreach.MAX_TENSORS`` (``fusebackend/foreach.py``) (decomposed, each parameter's update would be nodes of its own, and the
-compile time would grow with N), and ``foreach.in_place_chains`` makes the updates in place.
+``foreach.MAX_TENSORS`` (``fusebackend/foreach.py``; decomposed, each parameter's update would
+be nodes of its own, and the compile time would grow with N), and ``foreach.in_place_chains``
+makes the updates in place.
 Each call is then a pass over every tensor: an AdamW step over GPT-2's 148 tensors was 20 such
 calls, 7.5 ms on an H100 where eager's ``fused=True`` takes 1.34 and Inductor's compiled step
 1.26 (2026-11-28, torch 2.11).
@@ -188,32 +189,49 @@ def fuse_runs(gm: torch.fx.GraphModule) -> int:
     (module docstring); returns how many calls were replaced."""
     replaced = 0
     for run in _runs(gm.graph):
-        start = 0
-        while start < len(run):  # the longest part from ``start`` that is generated, then the rest
-            plan = None
-            for end in range(len(run), start, -1):
-                plan = _plan(run[start:end])
-                if plan is not None:
-                    break
+        sizes = _sizes(run)  # (a part's tensors are the run's: the same sizes)
+        start, end = 0, len(run)
+        while start < end:  # the longest part from ``start`` that is generated, then the rest
+            plan, at = _plan(run[start:end], sizes)
             if plan is None:
-                start += 1  # this call stays ATen's
+                # cut before the call that refused it (or, refused as a whole, one call shorter);
+                # a part that cannot start at ``start`` leaves that call ATen's
+                end = start + at if at is not None and at > 0 else end - 1
+                if end == start:
+                    start, end = start + 1, len(run)
                 continue
             plan.rewrite(gm.graph)
             replaced += len(plan.run)
-            start += len(plan.run)
+            start, end = end, len(run)
     if replaced:
         gm.graph.lint()
         gm.recompile()
     return replaced
 
 
-def _plan(run: list[torch.fx.Node]) -> _Plan | None:
-    if len(run) < 1:
-        return None
+def _plan(run: list[torch.fx.Node], sizes: list[int]) -> tuple[_Plan | None, int | None]:
+    """The plan of ``run``, or None and the position of the call that refused it (None where
+    the run was refused as a whole)."""
+    at: list[int] = []
     try:
-        return _Plan(run)
+        return _Plan(run, sizes, at), None
     except Exception:  # refused, or a call this module reads wrong: left as it was, still right
-        return None
+        return None, at[0] if at else None
+
+
+def _sizes(run: list[torch.fx.Node]) -> list[int]:
+    """Each position's tensor size: the largest element count there (the others are scalars)."""
+    n = len(_lists_of(run[0])[0])
+    sizes = [1] * n
+    for node in run:
+        for arg in _lists_of(node):
+            if len(arg) != n:
+                continue
+            for k, item in enumerate(arg):
+                val = item.meta.get("val") if isinstance(item, torch.fx.Node) else None
+                if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):
+                    sizes[k] = max(sizes[k], val.numel())
+    return sizes
 
 
 def _lists_of(node: torch.fx.Node) -> list[Any]:
@@ -256,7 +274,7 @@ class _Plan:
     """One run's kernel: its lists in memory (pointer table rows), the per-element value of
     every call, and the lists it writes."""
 
-    def __init__(self, run: list[torch.fx.Node]) -> None:
+    def __init__(self, run: list[torch.fx.Node], sizes: list[int] | None = None, at: list[int] | None = None) -> None:
         self.run = run
         self.n = len(_lists_of(run[0])[0])
         members = set(run)
@@ -267,9 +285,11 @@ class _Plan:
         self.written: list[int] = []  # rows updated in place, in order of first update
         self.lines: list[str] = []
         self.values: dict[torch.fx.Node, str] = {}  # functional call -> its result's variable
-        self.sizes = [self._size(k) for k in range(self.n)]
+        self.sizes = sizes if sizes is not None else _sizes(run)
         self.device = self._device()
-        for node in run:
+        for position, node in enumerate(run):
+            if at is not None:
+                at[:] = [position]  # (the call being planned, for a caller that cuts the run)
             name, in_place = _call_name(node)
             rule = _OPS.get(name)
             if rule is None:
@@ -299,6 +319,8 @@ class _Plan:
                         raise _Refused(f"{node.name}'s results are read outside the run")
                 self.lines.append(f"{var} = {expr}")
                 self.values[node] = var
+        if at is not None:
+            at.clear()  # refused as a whole from here on
         if not self.written:
             raise _Refused("a run that updates nothing in place")
         seen: dict[torch.fx.Node, int] = {}
@@ -324,17 +346,6 @@ class _Plan:
                 if isinstance(val, torch.Tensor) and val.dim() > 0:
                     return val.device
         raise _Refused("a run over scalars only")
-
-    def _size(self, k: int) -> int:
-        """Position ``k``'s tensor size: the largest element count there (others are scalars)."""
-        best = 1
-        for node in self.run:
-            for arg in node.args:
-                if isinstance(arg, (list, tuple)) and len(arg) == self.n and isinstance(arg[k], torch.fx.Node):
-                    val = arg[k].meta.get("val")
-                    if isinstance(val, torch.Tensor) and isinstance(val.numel(), int):
-                        best = max(best, val.numel())
-        return best
 
     def _value(self, arg: Any, members: set[torch.fx.Node]) -> Any:
         """An argument as the kernel sees it: a list as a Triton expression (one element of one
