@@ -196,7 +196,7 @@ def fuse_runs(gm: torch.fx.GraphModule) -> int:
             if plan is None:
                 # cut before the call that refused it (or, refused as a whole, one call shorter);
                 # a part that cannot start at ``start`` leaves that call ATen's
-                end = start + at if at is not None and at > 0 else end - 1
+                end = start + at if at is not None else end - 1
                 if end == start:
                     start, end = start + 1, len(run)
                 continue
@@ -286,6 +286,8 @@ class _Plan:
         self.lines: list[str] = []
         self.values: dict[torch.fx.Node, str] = {}  # functional call -> its result's variable
         self.sizes = sizes if sizes is not None else _sizes(run)
+        if at is not None:
+            at[:] = [0]  # no list of tensors from the first call on: nor in any part from it
         self.device = self._device()
         for position, node in enumerate(run):
             if at is not None:
