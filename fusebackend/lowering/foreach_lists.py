@@ -84,19 +84,12 @@ def _number(value: Any) -> str:
 
 
 def _op(name: str, *args: Any) -> str:
-    """``name`` of fp32 ``args`` as Triton source; a helper (``th.``) gets literals as tensors."""
-    texts = [a if isinstance(a, str) else _number(a) for a in args]
-    if takes_tensors(name):
-        texts = [t if t.isidentifier() or not _literal(t) else f"tl.full([], {t}, tl.float32)" for t in texts]
+    """``name`` of fp32 ``args`` (expressions, or numbers) as Triton source; a helper (``th.``)
+    gets numbers as tensors."""
+    wrap = takes_tensors(name)
+    texts = [a if isinstance(a, str) else f"tl.full([], {_number(a)}, tl.float32)" if wrap else _number(a)
+             for a in args]
     return "(" + render_op(name, texts, torch.float32, [torch.float32] * len(texts)) + ")"
-
-
-def _literal(text: str) -> bool:
-    try:
-        float(text.replace('float("', "").replace('")', ""))
-        return True
-    except ValueError:
-        return False
 
 
 def _other(a: dict[str, Any]) -> Any:
@@ -300,12 +293,11 @@ class _Plan:
             values = {key: self._value(arg, members) for key, arg in bound.items()}
             expr = rule(values)
             var = f"v{len(self.lines)}"
-            first = bound.get("self")
-            dtype = self.row_dtype[self._row(first)] if in_place else self._result_dtype(node)
+            row = self._row(bound.get("self")) if in_place else None
+            dtype = self.row_dtype[row] if in_place else self._result_dtype(node)
             if dtype != torch.float32:  # as eager's op stores it: computed in fp32, rounded once
                 expr = render_op("round_to", [expr], dtype, [torch.float32])
             if in_place:
-                row = self._row(first)
                 if row in self.scalar_rows:
                     raise _Refused("a list of scalars updated in place")
                 self.lines.append(f"{var} = {expr}")
@@ -377,7 +369,7 @@ class _Plan:
             fill = next(iter(fills))
             if not _is_number(fill):
                 raise _Refused("a fill that is not a number")
-            return _number(float(torch.tensor(fill, dtype=next(iter(dtypes)))))  # the value as stored
+            return float(torch.tensor(fill, dtype=next(iter(dtypes))))  # the value as stored
         if any(a in members or (a.target is operator.getitem and a.args[0] in members) for a in arg):
             raise _Refused("a list mixing a call's results with other tensors")
         row = self._row(arg)
@@ -470,6 +462,7 @@ class _Plan:
 
 _blocks: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor, Any]] = {}
 _tables: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, Any]] = {}
+_kernels: dict[str, Any] = {}  # source -> its @triton.jit function
 _TABLES_KEPT = 16  # pointer tables kept (a step's lists keep their memory from one step to the next)
 
 
@@ -504,7 +497,9 @@ def _foreach_lists(source: str, n: int, written: list[torch.Tensor], read: list[
         if len(_tables) >= _TABLES_KEPT:
             _tables.pop(next(iter(_tables)))
         entry = _tables[(device, pointers)] = _on_device(list(pointers), device)
-    kernel = runtime.load_kernel("foreach_lists", source)
+    kernel = _kernels.get(source)
+    if kernel is None:  # (a dict keyed by the str itself: no hash of the source at each step)
+        kernel = _kernels[source] = runtime.load_kernel(KERNEL_NAME, source)
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         kernel[(blocks[0].numel() // 2,)](entry[0], blocks[0], blocks[1], n, BLOCK=BLOCK)
 
