@@ -115,6 +115,20 @@ def test_the_kernel_reads_and_writes_each_list_once() -> None:
     assert "th.sqrt(" in source and "th.div(" in source
 
 
+def test_the_wrapper_calls_the_function_and_one_source_serves_lists_of_any_length() -> None:
+    from fusebackend.kernels.wrapper_calls import aten_call
+
+    # the wrapper's call skips the dispatcher (each list of tensors made C++ values and back)
+    assert aten_call(foreach_lists.CALL) is foreach_lists._foreach_lists
+    # two steps whose runs are the same source over lists of different lengths: each length its
+    # own launcher (Triton specializes the int N), both right
+    for count in (foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3):
+        params, twins, opt, twin_opt = _steps("adamw", (SHAPES * 4)[:count])
+        _assert_same(params, twins, opt, twin_opt)
+    lengths = [n for (_, n) in foreach_lists._launchers]
+    assert {foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3} <= set(lengths)
+
+
 @pytest.mark.parametrize("case", ["non-contiguous", "float64", "off"])
 def test_runs_it_does_not_generate_stay_aten_calls(case: str) -> None:
     shapes = (SHAPES * 4)[: foreach.MAX_TENSORS + 2]

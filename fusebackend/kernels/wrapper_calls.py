@@ -64,9 +64,18 @@ PYTHON_BINDINGS = (
 )
 
 
+# fusebackend's own ops (``torch.library``) whose wrapper call is their Python function itself:
+# the dispatcher would turn each list of tensors into C++ values and back (an optimizer step's
+# list call passes 700 tensors). Filled by the op's module (lowering/foreach_lists.py).
+PYTHON_IMPLS: dict[Any, Any] = {}
+
+
 def aten_call(op: Any) -> Any:
     """What the wrapper calls for the ATen op ``op``: its Python binding where it is in
-    ``PYTHON_BINDINGS`` and this torch has it, else the OpOverload itself."""
+    ``PYTHON_BINDINGS`` and this torch has it, fusebackend's own function where it is in
+    ``PYTHON_IMPLS``, else the OpOverload itself."""
+    if op in PYTHON_IMPLS:
+        return PYTHON_IMPLS[op]
     name = getattr(op, "_overloadname", None)
     packet = op.overloadpacket.__name__ if name is not None else None
     if name == "default" and op.namespace == "aten" and packet in PYTHON_BINDINGS:

@@ -43,6 +43,7 @@ import torch.fx
 
 from fusebackend.codegen.kernel_header import HEADER
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_op, takes_tensors
+from fusebackend.kernels import wrapper_calls
 from fusebackend.lowering.registry import bind_arguments
 
 aten = torch.ops.aten
@@ -462,7 +463,7 @@ class _Plan:
 
 _blocks: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor, Any]] = {}
 _tables: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, Any]] = {}
-_kernels: dict[str, Any] = {}  # source -> its @triton.jit function
+_launchers: dict[tuple[str, int], Any] = {}  # (source, n) -> its runtime.Launcher
 _TABLES_KEPT = 16  # pointer tables kept (a step's lists keep their memory from one step to the next)
 
 
@@ -479,29 +480,43 @@ def _on_device(values: list[int], device: torch.device, dtype: torch.dtype = tor
     return out, host
 
 
+_numel, _data_ptr = torch.Tensor.numel, torch.Tensor.data_ptr
+
+
 @torch.library.impl(_LIBRARY, "foreach_lists", "CompositeExplicitAutograd")
 def _foreach_lists(source: str, n: int, written: list[torch.Tensor], read: list[torch.Tensor]) -> None:
+    """The call: the lists' blocks and pointers (kept while the sizes and the addresses stay),
+    and one launch. The wrapper calls this function itself (``wrapper_calls.PYTHON_IMPLS``)."""
     from fusebackend.kernels import runtime
 
     device = written[0].device
-    sizes = tuple(t.numel() for t in written[:n])
+    sizes = tuple(map(_numel, written[:n]))
     blocks = _blocks.get((device, sizes))
     if blocks is None:
         starts = [x for k, size in enumerate(sizes) for first in range(0, size, BLOCK) for x in (k, first)]
         table, keep = _on_device(starts, device)
         numels, keep_numels = _on_device(list(sizes), device)
         blocks = _blocks[(device, sizes)] = (table, numels, (keep, keep_numels))
-    pointers = tuple(t.data_ptr() for t in [*written, *read])
+    pointers = tuple(map(_data_ptr, written + read))
     entry = _tables.get((device, pointers))
     if entry is None:
         if len(_tables) >= _TABLES_KEPT:
             _tables.pop(next(iter(_tables)))
         entry = _tables[(device, pointers)] = _on_device(list(pointers), device)
-    kernel = _kernels.get(source)
-    if kernel is None:  # (a dict keyed by the str itself: no hash of the source at each step)
-        kernel = _kernels[source] = runtime.load_kernel(KERNEL_NAME, source)
-    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        kernel[(blocks[0].numel() // 2,)](entry[0], blocks[0], blocks[1], n, BLOCK=BLOCK)
+    # one launcher per (source, n): Triton specializes the int N (1, a multiple of 16), and the
+    # launcher's direct path reuses the first call's compiled kernel
+    launcher = _launchers.get((source, n))
+    if launcher is None:
+        launcher = _launchers[(source, n)] = runtime.Launcher(runtime.load_kernel(KERNEL_NAME, source), None,
+                                                              {"BLOCK": BLOCK})
+    if device.type != "cuda":
+        launcher(None, blocks[0].numel() // 2, entry[0], blocks[0], blocks[1], n)
+        return
+    with contextlib.nullcontext() if device.index == torch._C._cuda_getDevice() else torch.cuda.device(device):
+        launcher(runtime.current_stream(), blocks[0].numel() // 2, entry[0], blocks[0], blocks[1], n)
+
+
+wrapper_calls.PYTHON_IMPLS[CALL] = _foreach_lists
 
 
 @torch.library.impl(_LIBRARY, "foreach_lists", "Meta")
