@@ -379,3 +379,42 @@ def test_a_fresh_process_loaded_with_the_portable_artifacts_lowers_no_graph(firs
     assert second["hits"] == second["graphs"] == 3 and second["misses"] == 0 and second["eager"] == 0, second
     assert second["aot_hits"] == 2
     assert not {"lower", "schedule", "codegen"} & set(second["stages"]), second["stages"]
+
+
+def test_an_optimizer_step_unpickled_from_aotautograds_cache_steps_as_eager() -> None:
+    # a step over long lists: its saved graph pickles each list item and each input's copy_ as
+    # the list's and the input's traced value (aot_cache._share_values); unpickled and compiled
+    # (fuse's entry gone), the step is eager's
+    from fusebackend import aot_cache, foreach
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(3 + i % 4, 5)) for i in range(foreach.MAX_TENSORS + 2)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, twin_opt = torch.optim.AdamW(params, foreach=True), torch.optim.AdamW(twins, foreach=True)
+    shared: list[int] = []
+    share_values = aot_cache._share_values
+
+    def counted(gm: Any) -> Any:
+        replaced = share_values(gm)
+        shared.append(len(replaced))
+        return replaced
+
+    m = fusebackend.metrics
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(aot_cache, "_share_values", counted)
+        for _ in range(2):
+            torch._dynamo.reset()
+            step = torch.compile(opt.step, backend="fuse")
+            for _ in range(2):
+                for p, q in zip(params, twins):
+                    p.grad = torch.randn_like(p)
+                    q.grad = p.grad.clone()
+                step()
+                twin_opt.step()
+            for path in _entries():  # the second round unpickles AOTAutograd's graphs
+                os.remove(path)
+    for got, want in zip(params, twins):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    assert m.aot_cache_hits >= 1 and m.eager_graphs == 0
+    # the steady step's graph: its items of every list and its copies into the inputs
+    assert max(shared) >= 3 * len(params)
