@@ -94,7 +94,9 @@ class FuseGraphCode(OutputCode):
         # called while AOTAutograd's fake mode is on: the graph's constants are real tensors
         with torch.utils._python_dispatch._disable_current_modes():
             self.pickled_gm = _pickle_graph(gm)
-            self.digest = cache.module_digest(gm)
+            # the graph's digest, made once for this copy and the graph it copies (whose first
+            # compile would make it again)
+            self.digest = self.graph.graph_digest() or cache.module_digest(gm)
         self.mutates = self.graph.mutates
         self.graph = None
         self._call = None

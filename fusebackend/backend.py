@@ -27,7 +27,7 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fusebackend import aot_cache, attention_masks, cudagraphs, metrics, sizevars, symbolic
+from fusebackend import aot_cache, attention_masks, cache, cudagraphs, metrics, sizevars, symbolic
 from fusebackend.config import config
 from fusebackend.decompositions import decomposition_table, whole_ops
 from fusebackend.modes import Mode
@@ -89,6 +89,15 @@ class FusedGraph:
             self._gm = self._make_gm()
         return self._gm
 
+    def graph_digest(self) -> str | None:
+        """The graph's ``cache.module_digest``, made once, before the first lowering rewrites the
+        graph in place (``lowering.lower``'s passes): every compile's key, one per signature and
+        the symbolic one, names the graph as AOTAutograd's cache saved it, so that a warm
+        process, handed that digest, finds each of them. None where fuse's cache is off."""
+        if self.digest is None and config.graph_cache:
+            self.digest = cache.module_digest(self.gm)
+        return self.digest
+
     def _eager(self, args: list[Any]) -> Any:
         inputs = list(args)
         args.clear()
@@ -129,7 +138,8 @@ class FusedGraph:
         if not symbolic.symbols(self.gm):
             return
         try:
-            compiled = compile_graph(lambda: self.gm, args, self.name, self.user_outputs, self.digest, self.autotune,
+            compiled = compile_graph(lambda: self.gm, args, self.name, self.user_outputs, self.graph_digest(),
+                                     self.autotune,
                                      symbolic_sizes=True)
             self.symbolic_call = compiled.call
         except sizevars.NotSymbolic as exc:
@@ -157,8 +167,8 @@ class FusedGraph:
         if entry is None:
             try:
                 suffix = f"_{len(self.cache)}" if self.cache else ""
-                compiled = compile_graph(lambda: self.gm, args, self.name + suffix, self.user_outputs, self.digest,
-                                         self.autotune)
+                compiled = compile_graph(lambda: self.gm, args, self.name + suffix, self.user_outputs,
+                                         self.graph_digest(), self.autotune)
                 entry = _Entry(compiled.call, False)
                 self.cache[key] = entry
                 if len(self.cache) > 1:  # another shape (or layout) of this graph: a specialization

@@ -418,3 +418,30 @@ def test_an_optimizer_step_unpickled_from_aotautograds_cache_steps_as_eager() ->
     assert m.aot_cache_hits >= 1 and m.eager_graphs == 0
     # the steady step's graph: its items of every list and its copies into the inputs
     assert max(shared) >= 3 * len(params)
+
+
+def test_every_shape_of_a_graph_the_lowering_rewrites_loads_warm() -> None:
+    # the lowering rewrites a graph in place (here foreach calls whose results are copied back
+    # into the inputs, made in place on them: foreach.in_place_chains); each shape's key names
+    # the graph as AOTAutograd saved it (FusedGraph.graph_digest), so that a second compile,
+    # handed the saved graph's digest, finds the entries of both shapes
+    from fusebackend import foreach
+
+    def update(xs: list[torch.Tensor], ys: list[torch.Tensor]) -> None:
+        torch._foreach_mul_(xs, 0.5)
+        torch._foreach_add_(xs, ys)
+
+    count = foreach.MAX_TENSORS + 2  # foreach calls kept whole
+    m = fusebackend.metrics
+    with fusebackend.config.patch(symbolic="off"):  # one compile a shape, in one graph
+        for _ in range(2):
+            torch._dynamo.reset()
+            compiled = torch.compile(update, backend="fuse", dynamic=True)
+            for length in (5, 7):
+                xs, ys = [torch.randn(length, 3) for _ in range(count)], [torch.randn(length, 3) for _ in range(count)]
+                want = [x * 0.5 + y for x, y in zip(xs, ys)]
+                compiled(xs, ys)
+                for got, expected in zip(xs, want):
+                    assert_same(got, expected)
+    assert m.aot_cache_hits == 1 and m.eager_graphs == 0
+    assert (m.cache_misses, m.cache_hits) == (2, 2)
