@@ -14,7 +14,9 @@ and variant (``--variants``):
 - ``eager``: PyTorch's foreach implementation, the default on a GPU (the reference);
 - ``fused``: ``fused=True`` (AdamW and SGD);
 - ``inductor`` and ``fuse``: ``torch.compile(opt.step)`` with that backend, as PyTorch's tutorial
-  on compiling the optimizer writes it.
+  on compiling the optimizer writes it; ``fuse@reduce-overhead`` (or another of
+  ``torch.compile``'s modes after ``@``) compiles it in that mode: a step of little memory
+  traffic is the host's, and CUDA graphs take the launches off it.
 
 It reports the step's median time (``benchmarks.timing.median_ms``: ``do_bench`` with the L2
 flushed on a GPU, wall time on a CPU), its share of the floor, the first call's seconds (the
@@ -26,6 +28,7 @@ its own).
     python -m benchmarks.optimizers --models gpt2,llama,resnet --optimizers adamw,sgd,adafactor \\
         --variants eager,fused,inductor,fuse --out DIR
     python -m benchmarks.optimizers --models synthetic1000 --optimizers adamw --variants inductor,fuse --cold
+    python -m benchmarks.optimizers --models resnet --variants eager,fused,inductor@reduce-overhead,fuse@reduce-overhead
 
 writes ``DIR/optimizers.json`` and prints a table.
 """
@@ -132,10 +135,11 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
         row.status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return row, params
     step: Callable[[], Any] = opt.step
-    if variant in ("inductor", "fuse"):
+    backend, _, mode = variant.partition("@")
+    if backend in ("inductor", "fuse"):
         torch._dynamo.reset()
         fusebackend.metrics.reset()
-        step = torch.compile(opt.step, backend=fusebackend.fuse if variant == "fuse" else "inductor")
+        step = torch.compile(opt.step, backend=fusebackend.fuse if backend == "fuse" else "inductor", mode=mode or None)
     try:
         _, row.first_call_s = timed_call(step, (), device)
         for _ in range(steps - 1):
@@ -148,7 +152,7 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
     if reference is not None:
         row.max_rel_diff = max(float((p - r).abs().max() / r.abs().max().clamp(min=1e-12))
                                for p, r in zip(after, reference))
-    if variant == "fuse":  # the steady step's graph (the first step's may differ: states made in it)
+    if backend == "fuse":  # the steady step's graph (the first step's may differ: states made in it)
         row.graphs = fusebackend.metrics.graphs_compiled  # reset before the compile
         last = fusebackend.last_compiled() if row.graphs else None
         row.kernels = len(last.kernels) if last is not None else 0
@@ -191,7 +195,7 @@ def format_row(r: Row) -> str:
     parts = [head, f"step {r.step_ms:8.3f} ms"]
     if r.share is not None:
         parts.append(f"({100 * r.share:.0f}% of floor {r.floor_ms:.3f} ms)")
-    if r.first_call_s is not None and r.variant in ("inductor", "fuse"):
+    if r.first_call_s is not None and r.variant.partition("@")[0] in ("inductor", "fuse"):
         parts.append(f"first call {r.first_call_s:6.1f} s")
     if r.max_rel_diff is not None:
         parts.append(f"diff {r.max_rel_diff:.1e}")
@@ -224,10 +228,11 @@ def main(argv: list[str] | None = None) -> None:
     if bandwidth:
         print(f"copy bandwidth {bandwidth:.0f} GB/s ({torch.cuda.get_device_name()})")
     unknown = (sorted(set(args.optimizers.split(",")) - set(OPTIMIZERS))
-               + sorted(set(args.variants.split(",")) - set(VARIANTS)))
+               + sorted({v for v in args.variants.split(",") if v.partition("@")[0] not in VARIANTS
+                         or (v.partition("@")[2] and v.partition("@")[0] not in ("inductor", "fuse"))}))
     if unknown:
         raise SystemExit(f"unknown optimizer or variant: {', '.join(unknown)} (optimizers {', '.join(OPTIMIZERS)}; "
-                         f"variants {', '.join(VARIANTS)})")
+                         f"variants {', '.join(VARIANTS)}, inductor and fuse with @MODE)")
     rows = measure(args.models.split(","), size, args.optimizers.split(","), args.variants.split(","), device,
                    getattr(torch, args.dtype), args.steps, args.repeats, bandwidth)
     if args.out:
