@@ -19,7 +19,8 @@ and variant (``--variants``):
   traffic is the host's, and CUDA graphs take the launches off it.
 
 It reports the step's median time (``benchmarks.timing.median_ms``: ``do_bench`` with the L2
-flushed on a GPU, wall time on a CPU), its share of the floor, the first call's seconds (the
+flushed on a GPU, wall time on a CPU), its share of the floor, on a GPU the host's time to issue
+a step against its kernels' time (a step of little memory traffic is the host's), the first call's seconds (the
 compile; with ``--cold``, over empty cache folders), and the largest relative difference of the
 parameters from eager's after the same steps from the same start. For fuse: the steady step's
 graph's kernels and the ATen calls left in it (a first step that makes the states is a graph of
@@ -72,6 +73,10 @@ class Row:
     graphs: int | None = None  # fuse: graphs compiled (Dynamo breaks some steps into several)
     kernels: int | None = None  # fuse: the last graph's generated kernels
     aten_calls: dict[str, int] | None = None  # fuse: the ATen calls left, by op
+    # a GPU: the host's time to issue a step (20 steps issued without a wait, the least of 5
+    # rounds) and its kernels' time (the profiler's, over 10 steps): which of the two sets it
+    host_ms: float | None = None
+    gpu_ms: float | None = None
 
 
 def parameters(name: str, size: str, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -164,10 +169,33 @@ def run_one(name: str, size: str, optimizer: str, variant: str, device: torch.de
                 calls[op] = calls.get(op, 0) + 1
         row.aten_calls = calls
     row.step_ms = median_ms(step, device, TimingConfig(cpu_repeats=repeats))
+    if device.type == "cuda":
+        row.host_ms, row.gpu_ms = host_and_gpu_ms(step, device)
     if bandwidth:
         row.floor_ms = step_bytes(params, opt) / bandwidth / 1e6
         row.share = row.floor_ms / row.step_ms
     return row, after
+
+
+def host_and_gpu_ms(step: Callable[[], Any], device: torch.device) -> tuple[float, float]:
+    """A step's host time (issuing 20 steps without waiting, the least of 5 rounds: the GPU's
+    queue holds them) and its GPU kernels' time (the profiler's, a step's share of 10)."""
+    import time
+
+    rounds = []
+    for _ in range(5):
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(20):
+            step()
+        rounds.append((time.perf_counter() - start) / 20 * 1e3)
+    synchronize(device)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            step()
+        synchronize(device)
+    kernels_us = sum(e.device_time_total for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    return min(rounds), kernels_us / 10 / 1e3
 
 
 def measure(names: list[str], size: str, optimizers: list[str], variants: list[str], device: torch.device,
@@ -195,6 +223,8 @@ def format_row(r: Row) -> str:
     parts = [head, f"step {r.step_ms:8.3f} ms"]
     if r.share is not None:
         parts.append(f"({100 * r.share:.0f}% of floor {r.floor_ms:.3f} ms)")
+    if r.host_ms is not None and r.gpu_ms is not None:
+        parts.append(f"host {r.host_ms:.3f} ms, GPU {r.gpu_ms:.3f} ms")
     if r.first_call_s is not None and r.variant.partition("@")[0] in ("inductor", "fuse"):
         parts.append(f"first call {r.first_call_s:6.1f} s")
     if r.max_rel_diff is not None:
