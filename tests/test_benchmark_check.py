@@ -135,3 +135,22 @@ def test_the_int8_rows_study_checks_each_variant_against_float64() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     errors = [float(line.split("error ")[1].split()[0]) for line in proc.stdout.splitlines() if "error " in line]
     assert len(errors) == 2 * 5 and max(errors) < 1e-2, proc.stdout
+
+
+def test_the_epilogue_gemm_study_checks_each_variant_against_float64() -> None:
+    # benchmarks/studies/epilogue_gemm.py times Triton GEMMs that apply a bias and GELU, or a
+    # GeGLU, to their accumulators, against a product and a kernel after it: each must compute
+    # what it is timed for (float32 in the interpreter, at sizes whose tiles are ragged)
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.studies.epilogue_gemm", "--check"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if "error " in line]
+    errors = [float(line.split("error ")[1].split()[0]) for line in lines]
+    assert len(errors) == 2 * 3 and max(errors) < 1e-5, proc.stdout
+    assert sum("template" in line for line in lines) == 4, proc.stdout
