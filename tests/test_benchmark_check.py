@@ -121,36 +121,38 @@ def test_a_harness_run_writes_its_chart_and_draws_it_again(tmp_path: pathlib.Pat
     assert not (tmp_path / "none.png").exists()
 
 
-def test_the_int8_rows_study_checks_each_variant_against_float64() -> None:
-    # benchmarks/studies/int8_rows.py times kernels that dequantize int8 weights in different
-    # ways: each must compute the product it is timed for (bf16 rounding of the weights apart)
+def _study_check(module: str) -> tuple[list[str], str]:
+    """``python -m benchmarks.studies.<module> --check`` in Triton's interpreter: the lines that
+    give an error against float64, and the whole output."""
     import os
     import subprocess
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.studies.int8_rows", "--check"], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.studies.{module}", "--check"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    errors = [float(line.split("error ")[1].split()[0]) for line in proc.stdout.splitlines() if "error " in line]
-    assert len(errors) == 2 * 5 and max(errors) < 1e-2, proc.stdout
+    return [line for line in proc.stdout.splitlines() if "error " in line], proc.stdout
+
+
+def _errors(lines: list[str]) -> list[float]:
+    return [float(line.split("error ")[1].split()[0]) for line in lines]
+
+
+def test_the_int8_rows_study_checks_each_variant_against_float64() -> None:
+    # benchmarks/studies/int8_rows.py times kernels that dequantize int8 weights in different
+    # ways: each must compute the product it is timed for (bf16 rounding of the weights apart)
+    lines, out = _study_check("int8_rows")
+    errors = _errors(lines)
+    assert len(errors) == 2 * 5 and max(errors) < 1e-2, out
 
 
 def test_the_epilogue_gemm_study_checks_each_variant_against_float64() -> None:
     # benchmarks/studies/epilogue_gemm.py times Triton GEMMs that apply a bias and GELU, or a
     # GeGLU, to their accumulators, against a product and a kernel after it: each must compute
     # what it is timed for (float32 in the interpreter, at sizes whose tiles are ragged)
-    import os
-    import subprocess
-    import sys
-
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.studies.epilogue_gemm", "--check"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [line for line in proc.stdout.splitlines() if "error " in line]
-    errors = [float(line.split("error ")[1].split()[0]) for line in lines]
-    assert len(errors) == 2 * 3 and max(errors) < 1e-5, proc.stdout
-    assert sum("template" in line for line in lines) == 4, proc.stdout
+    lines, out = _study_check("epilogue_gemm")
+    errors = _errors(lines)
+    assert len(errors) == 2 * 3 and max(errors) < 1e-5, out
+    assert sum("template" in line for line in lines) == 4, out

@@ -54,7 +54,7 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 def _kernels():  # built on first use: the interpreter must be chosen before Triton decorates them
     # the helpers the kernels call are the module's names, where Triton looks them up
-    global gelu_tanh, tile
+    global gelu_tanh, tile, load_tile, store_tile
     import triton
     import triton.language as tl
 
@@ -76,21 +76,26 @@ def _kernels():  # built on first use: the interpreter must be chosen before Tri
         return pid_m * BLOCK_M + tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
 
     @triton.jit
+    def load_tile(ptr, rows, cols, R, C):
+        """The [rows, cols] tile of a row-major R x C matrix, zero past its edges."""
+        return tl.load(ptr + rows[:, None] * C + cols[None, :], mask=(rows[:, None] < R) & (cols[None, :] < C),
+                       other=0.0)
+
+    @triton.jit
+    def store_tile(ptr, rows, cols, R, C, value):
+        tl.store(ptr + rows[:, None] * C + cols[None, :], value.to(ptr.dtype.element_ty),
+                 mask=(rows[:, None] < R) & (cols[None, :] < C))
+
+    @triton.jit
     def bias_gelu_gemm(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
         rows, cols = tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
         ks = tl.arange(0, BLOCK_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
-            a = tl.load(x_ptr + rows[:, None] * K + (k + ks)[None, :],
-                        mask=(rows[:, None] < M) & ((k + ks)[None, :] < K), other=0.0)
-            b = tl.load(w_ptr + (k + ks)[:, None] * N + cols[None, :],
-                        mask=((k + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
-            acc += tl.dot(a, b)
+            acc += tl.dot(load_tile(x_ptr, rows, k + ks, M, K), load_tile(w_ptr, k + ks, cols, K, N))
         acc += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-        out = gelu_tanh(acc)
-        tl.store(out_ptr + rows[:, None] * N + cols[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+        store_tile(out_ptr, rows, cols, M, N, gelu_tanh(acc))
 
     @triton.jit
     def geglu_gemm(x_ptr, wg_ptr, wu_ptr, out_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -100,15 +105,10 @@ def _kernels():  # built on first use: the interpreter must be chosen before Tri
         gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
-            a = tl.load(x_ptr + rows[:, None] * K + (k + ks)[None, :],
-                        mask=(rows[:, None] < M) & ((k + ks)[None, :] < K), other=0.0)
-            w_mask = ((k + ks)[:, None] < K) & (cols[None, :] < N)
-            w_offsets = (k + ks)[:, None] * N + cols[None, :]
-            gate += tl.dot(a, tl.load(wg_ptr + w_offsets, mask=w_mask, other=0.0))
-            up += tl.dot(a, tl.load(wu_ptr + w_offsets, mask=w_mask, other=0.0))
-        out = gelu_tanh(gate) * up
-        tl.store(out_ptr + rows[:, None] * N + cols[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+            a = load_tile(x_ptr, rows, k + ks, M, K)
+            gate += tl.dot(a, load_tile(wg_ptr, k + ks, cols, K, N))
+            up += tl.dot(a, load_tile(wu_ptr, k + ks, cols, K, N))
+        store_tile(out_ptr, rows, cols, M, N, gelu_tanh(gate) * up)
 
     @triton.jit
     def gelu_kernel(y_ptr, out_ptr, numel, BLOCK: tl.constexpr):
@@ -166,6 +166,8 @@ def variants(case: str, device: torch.device) -> list[str]:
 
 def run(case: str, variant: str, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The case's output by ``variant`` (a name of ``variants``)."""
+    import triton
+
     bias_gelu_gemm, geglu_gemm, gelu_kernel, geglu_kernel = _kernels()
     x = inputs["x"]
     m, k = x.shape
@@ -176,7 +178,7 @@ def run(case: str, variant: str, inputs: dict[str, torch.Tensor]) -> torch.Tenso
     if variant.endswith("+kernel"):
         y = torch.addmm(inputs["b"], x, inputs["w"]) if case == "bias_gelu" else x @ inputs["w_both"]
         block = 1024
-        grid = (triton_cdiv(m * n, block),)
+        grid = (triton.cdiv(m * n, block),)
         if case == "bias_gelu":
             gelu_kernel[grid](y, out, m * n, BLOCK=block)
         else:
@@ -184,7 +186,7 @@ def run(case: str, variant: str, inputs: dict[str, torch.Tensor]) -> torch.Tenso
         return out
     block_m, block_n, block_k, warps, stages = ast.literal_eval(variant.split(" ", 1)[1])  # "template (...)"
     launch = {} if x.device.type == "cpu" else {"num_warps": warps, "num_stages": stages}
-    grid = (triton_cdiv(m, block_m) * triton_cdiv(n, block_n),)
+    grid = (triton.cdiv(m, block_m) * triton.cdiv(n, block_n),)
     if case == "bias_gelu":
         bias_gelu_gemm[grid](x, inputs["w"], inputs["b"], out, m, n, k, BLOCK_M=block_m, BLOCK_N=block_n,
                              BLOCK_K=block_k, GROUP_M=GROUP_M, **launch)
@@ -192,10 +194,6 @@ def run(case: str, variant: str, inputs: dict[str, torch.Tensor]) -> torch.Tenso
         geglu_gemm[grid](x, inputs["w_gate"], inputs["w_up"], out, m, n, k, BLOCK_M=block_m, BLOCK_N=block_n,
                          BLOCK_K=block_k, GROUP_M=GROUP_M, **launch)
     return out
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -149,7 +149,7 @@ def _aligned_launch(body: KernelBody, launch: dict[str, int]) -> dict[str, int] 
                 return None
     if not found or block < ALIGNED_BLOCK_MIN:
         return None
-    return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
+    return runtime.flat_launch(block)
 
 
 def _flat(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None,

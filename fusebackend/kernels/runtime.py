@@ -380,6 +380,11 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
         block = min(_next_pow2(numel), 512)
     else:
         block = min(_next_pow2(numel), 4096 // max(itemsize, 1))
+    return flat_launch(block)
+
+
+def flat_launch(block: int) -> dict[str, int]:
+    """A flat kernel's launch in blocks of ``block``: 4 warps from 512 elements, fewer below."""
     return {"XBLOCK": block, "num_warps": 4 if block >= 512 else max(1, block // 128)}
 
 
