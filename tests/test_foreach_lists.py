@@ -187,3 +187,13 @@ def test_half_precision_lists_round_each_result_as_the_graph_does(dtype: torch.d
     for got, want in zip(params, twins):
         assert got.dtype == dtype
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+def test_tables_are_host_tensors_under_a_default_device() -> None:
+    # CUDA graph trees warm a graph up under ``torch.device(cuda)``: the pointer and block tables
+    # are made on the host first (to be pinned and copied without a wait), whatever the default
+    with torch.device("meta"):
+        table, keep = foreach_lists._on_device([3, 1, 4], torch.device("cpu"))
+    assert table.device.type == "cpu" and table.tolist() == [3, 1, 4] and keep is None
+    blocks, numels, _ = foreach_lists._block_tables(torch.device("cpu"), (foreach_lists.BLOCK + 1, 5))
+    assert blocks.tolist() == [0, 0, 0, foreach_lists.BLOCK, 1, 0] and numels.tolist() == [foreach_lists.BLOCK + 1, 5]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import sys
 from typing import Any, Callable
 
 import torch
@@ -465,19 +466,39 @@ _blocks: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, torch.Te
 _tables: dict[tuple[torch.device, tuple[int, ...]], tuple[torch.Tensor, Any]] = {}
 _launchers: dict[tuple[str, int], Any] = {}  # (source, n) -> its runtime.Launcher
 _TABLES_KEPT = 16  # pointer tables kept (a step's lists keep their memory from one step to the next)
+_captured: list[Any] = []  # the host tables whose copies a captured CUDA graph replays: kept for good
 
 
 def _on_device(values: list[int], device: torch.device, dtype: torch.dtype = torch.int64) -> tuple[torch.Tensor, Any]:
     """``values`` in a tensor on ``device``, and what must live as long as it is read. On a GPU,
     copied from pinned host memory without a wait: allowed while a CUDA graph is captured (the
     graph then copies the same values at each replay, from the host tensor kept with it)."""
-    host = torch.tensor(values, dtype=dtype)
+    host = torch.tensor(values, dtype=dtype, device="cpu")  # (CUDA graph trees set a default device)
     if device.type != "cuda":
         return host.to(device), None
     host = host.pin_memory()
     out = torch.empty(host.shape, dtype=dtype, device=device)
     out.copy_(host, non_blocking=True)
     return out, host
+
+
+def _block_tables(device: torch.device, sizes: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """Each block's (tensor, first element), each tensor's size, and what keeps their host copies."""
+    starts = [x for k, size in enumerate(sizes) for first in range(0, size, BLOCK) for x in (k, first)]
+    table, keep = _on_device(starts, device)
+    numels, keep_numels = _on_device(list(sizes), device)
+    return table, numels, (keep, keep_numels)
+
+
+def _in_graph_pool(device: torch.device) -> bool:
+    """Whether this call's CUDA allocations go to a CUDA graph's private pool: while a graph is
+    captured, or while CUDA graph trees warm one up. That pool may hold nothing beyond the graph's
+    own tensors (the trees check it), so the tables are then made for the call alone."""
+    if torch.cuda.is_current_stream_capturing():
+        return True
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    manager = trees.get_manager(device.index, create_if_none_exists=False) if trees is not None else None
+    return manager is not None and bool(manager.in_warmup)
 
 
 _numel, _data_ptr = torch.Tensor.numel, torch.Tensor.data_ptr
@@ -491,18 +512,20 @@ def _foreach_lists(source: str, n: int, written: list[torch.Tensor], read: list[
 
     device = written[0].device
     sizes = tuple(map(_numel, written[:n]))
-    blocks = _blocks.get((device, sizes))
-    if blocks is None:
-        starts = [x for k, size in enumerate(sizes) for first in range(0, size, BLOCK) for x in (k, first)]
-        table, keep = _on_device(starts, device)
-        numels, keep_numels = _on_device(list(sizes), device)
-        blocks = _blocks[(device, sizes)] = (table, numels, (keep, keep_numels))
     pointers = tuple(map(_data_ptr, written + read))
-    entry = _tables.get((device, pointers))
-    if entry is None:
-        if len(_tables) >= _TABLES_KEPT:
-            _tables.pop(next(iter(_tables)))
-        entry = _tables[(device, pointers)] = _on_device(list(pointers), device)
+    if device.type == "cuda" and _in_graph_pool(device):
+        blocks, entry = _block_tables(device, sizes), _on_device(list(pointers), device)
+        if torch.cuda.is_current_stream_capturing():  # replays copy from these host tensors
+            _captured.append((blocks[2], entry[1]))
+    else:
+        blocks = _blocks.get((device, sizes))
+        if blocks is None:
+            blocks = _blocks[(device, sizes)] = _block_tables(device, sizes)
+        entry = _tables.get((device, pointers))
+        if entry is None:
+            if len(_tables) >= _TABLES_KEPT:
+                _tables.pop(next(iter(_tables)))
+            entry = _tables[(device, pointers)] = _on_device(list(pointers), device)
     # one launcher per (source, n): Triton specializes the int N (1, a multiple of 16), and the
     # launcher's direct path reuses the first call's compiled kernel
     launcher = _launchers.get((source, n))
