@@ -110,14 +110,6 @@ class Config:
     # more than foreach.MAX_TENSORS tensors) as one kernel over every tensor of the lists
     # (lowering/foreach_lists.py); 0 leaves them ATen calls, in place where they can be.
     foreach_lists: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_FOREACH_LISTS", 1) != 0)
-    # FUSE_FLAT_ALIGN: 1 gives a flat pointwise kernel whose loads divide its index (the heads of
-    # a [batch, length, heads, dim] projection read in [batch, heads, length, dim] order: ``xindex
-    # // dim``, ``xindex % dim``) blocks that divide each divisor, where such blocks hold 128
-    # elements or more, and takes the divisions at the block's start (``KernelBody.align_blocks``,
-    # as reductions do): those loads are then contiguous and vectorized, where otherwise they
-    # carry hints of 1 and are issued element by element (``indexing.window_arithmetic``). Off
-    # until timed on the zoo: Gemma 2's rotary kernels ran at 15% of their floor (H200, 2026-11-28).
-    flat_align: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_FLAT_ALIGN", 0) != 0)
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)

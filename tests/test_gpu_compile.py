@@ -131,34 +131,6 @@ for name, (fn, args) in GRAPHS.items():
         count += 1
 
 
-# a flat kernel in blocks aligned to its loads' divisions (config.flat_align): rotary over heads
-# read across a [batch, length, heads, dim] projection, as Gemma 2's
-from fusebackend.config import config
-
-
-def rotary(q, cos, sin):
-    q = q.transpose(1, 2)
-    rot = torch.cat([-q[..., 128:], q[..., :128]], -1)
-    return (q * cos + rot * sin).contiguous()
-
-
-with config.patch(flat_align=True):
-    args = [torch.randn(2, 24, 2, 256, dtype=torch.bfloat16), torch.randn(24, 256, dtype=torch.bfloat16),
-            torch.randn(24, 256, dtype=torch.bfloat16)]
-    graph, _ = lowering.lower(make_fx(rotary, decomposition_table=decomposition_table())(*args), args, "g")
-    (kernel,) = codegen.generate_all(scheduler.schedule(graph), pdl=True)
-    assert kernel.launch["XBLOCK"] == 256 and "max_contiguous" not in kernel.source, kernel.source
-    jit = runtime.load_kernel(kernel.name, kernel.source)
-    signature = {a: "*bf16" for a in jit.arg_names if a.endswith("_ptr0") or "ptr" in a}
-    signature.update({"xnumel": "i32", "XBLOCK": "constexpr"})
-    try:
-        triton.compile(ASTSource(jit, signature, {"XBLOCK": 256}), target=target,
-                       options={k: v for k, v in kernel.launch.items() if k in runtime.COMPILE_OPTIONS})
-    except Exception as exc:
-        raise SystemExit(f"aligned flat kernel does not compile: {exc}\n{kernel.source}")
-    count += 1
-
-
 # a run of foreach calls over long lists: one kernel over every tensor (lowering/foreach_lists.py)
 from fusebackend import foreach
 from fusebackend.lowering import foreach_lists

@@ -109,51 +109,6 @@ def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.S
 
 def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
                    launch: dict[str, int] | None = None) -> tuple[KernelSource, KernelBody]:
-    """The flat kernel, and its body as generated in the heuristic's blocks (which the tiling
-    decisions read). With ``config.flat_align`` and blocks of the heuristic's, a kernel whose
-    loads divide its index by multiples of a block of 128 or more is generated again in such
-    blocks, its divisions taken at the block's start (``_aligned_launch``)."""
-    source, body = _flat(plan, index, pdl, launch, aligned=False)
-    if config.flat_align and launch is None:
-        aligned = _aligned_launch(body, source.launch)
-        if aligned is not None:
-            return _flat(plan, index, pdl, aligned, aligned=True)[0], body
-    return source, body
-
-
-ALIGNED_BLOCK_MIN = 128  # the least block _aligned_launch takes
-
-
-def _aligned_launch(body: KernelBody, launch: dict[str, int]) -> dict[str, int] | None:
-    """Blocks that divide every divisor of the flat index in the kernel's loads (``xindex // d``,
-    ``xindex % d``), where each load's other terms are affine in it; None where the loads
-    divide nothing, divide a sum, or the block would hold fewer than ``ALIGNED_BLOCK_MIN``."""
-    block = launch["XBLOCK"]
-    found = False
-    quotient = sympy.Dummy("q")
-    for _, offset in body.load_offsets:
-        for e in sympy.preorder_traversal(offset):
-            if not isinstance(e, (indexing.FloorDiv, indexing.ModIdx, indexing.Clamp)) or X not in e.args[0].free_symbols:
-                continue
-            if isinstance(e, indexing.Clamp) or not e.args[1].is_Integer:
-                return None  # window arithmetic that blocks cannot take at their start
-            if e.args[0] == X:
-                divisor = int(e.args[1])
-                block = min(block, divisor & -divisor)  # the largest power of two dividing it
-                found = True
-                continue
-            # a division of quotients of the index ((xindex // 256) % 24): the same on a block
-            # once they are; of anything else (a sum, a remainder), not
-            quotients = {q: quotient for q in e.args[0].atoms(indexing.FloorDiv) if q.args[0] == X}
-            if X in e.args[0].xreplace(quotients).free_symbols:
-                return None
-    if not found or block < ALIGNED_BLOCK_MIN:
-        return None
-    return runtime.flat_launch(block)
-
-
-def _flat(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None,
-          aligned: bool) -> tuple[KernelSource, KernelBody]:
     space = plan.space
     numel = space.xnumel
     produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
@@ -162,8 +117,6 @@ def _flat(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | None
     launch = launch or runtime.pointwise_config(size_hint(numel), max((b.dtype.itemsize for b in buffers), default=4))
     # a symbolic extent is a multiple of the block only where proven (its Mod is 0): else masked
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
-    if aligned:
-        body.align_blocks({X: launch["XBLOCK"]})
     stores, outputs, in_place = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     symbols = body.size_params()
