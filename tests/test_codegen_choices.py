@@ -286,6 +286,58 @@ def test_gpu_group_norm_kernel_takes_blocks_whose_rows_fit_l2(monkeypatch: pytes
     assert src.count("for roffset in range(rnumel - rnumel % RBLOCK, rnumel, RBLOCK):") == 3, src
 
 
+def _squeeze(x: torch.Tensor) -> torch.Tensor:  # a squeeze-and-excitation block's pool of its activation
+    return F.silu(x.float()).mean((2, 3), keepdim=True).to(x.dtype)
+
+
+@pytest.mark.parametrize("samples, channels, size, block, blocks_a_run", [
+    (64, 144, 28, 64, 3), (512, 24, 28, 32, 1), (8, 40, 14, 32, 2), (8, 144, 14, 32, 5), (64, 1152, 7, 64, 18)])
+def test_gpu_column_blocks_stay_within_a_sample(monkeypatch: pytest.MonkeyPatch, samples: int, channels: int,
+                                                size: int, block: int, blocks_a_run: int) -> None:
+    # the mean over a channels-last activation's positions: rows (sample, channel), a column
+    # reduction. Blocks of 64 columns over 144 channels would mix two samples, their loads made
+    # element by element (hints of 1): each block lies within one sample's channels instead, the
+    # last masked; blocks of 32 for a run of 24 (a looped kernel's, with rows twice as long); blocks
+    # that divide the run as before
+    from test_fusion_reductions import compile_only
+
+    original = runtime.reduction_config
+
+    def cfg(*args: Any, **kwargs: Any) -> dict[str, int]:  # the GPU's, where the kernels are only generated
+        with monkeypatch.context() as gpu:
+            gpu.setattr(runtime, "use_interpreter", lambda: False)
+            return original(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "reduction_config", cfg)
+    x = torch.randn(samples, channels, size, size, dtype=bf16).contiguous(memory_format=torch.channels_last)
+    art = compile_only(_squeeze, x)
+    (src,) = art.kernels.values()
+    launches = [line for line in art.wrapper.splitlines() if "# grid" in line]
+    assert len(launches) == 1 and f"XBLOCK={block}," in launches[0], art.wrapper
+    assert "max_contiguous" not in src and "multiple_of" not in src, src
+    if channels % block:
+        assert f"xcolumn = (tl.program_id(0) % {blocks_a_run}) * XBLOCK" in src, src
+        assert f"xmask = xcolumn + tl.arange(0, XBLOCK)[None, :] < {channels}" in src, src
+        assert f"# grid ({samples * blocks_a_run},)" in launches[0], launches[0]
+    else:
+        assert "xcolumn" not in src, src
+
+
+@pytest.mark.parametrize("channels", [144, 24, 33])
+def test_column_blocks_within_a_sample_run_right(channels: int) -> None:
+    # the interpreter's blocks (up to 256 columns) span samples too: the same kernels run here
+    torch.manual_seed(0)
+    x = torch.randn(3, channels, 5, 7).contiguous(memory_format=torch.channels_last)
+    check(_squeeze, x)
+    (src,) = kernels().values()
+    assert "xcolumn" in src, src
+    strided = torch.randn(3, 5, 7, 2 * channels).permute(0, 3, 1, 2)[:, ::2]  # channels at a stride of 2
+    check(_squeeze, strided)
+    check(_squeeze, x.to(bf16))
+    split = torch.randn(2, channels, 48, 48).contiguous(memory_format=torch.channels_last)  # rows split in chunks
+    check(_squeeze, split)
+
+
 def _position_scores(scores: torch.Tensor, c2p: torch.Tensor, p2c: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     # DeBERTa's disentangled attention: content-to-position scores gathered along the row, and
     # position-to-content scores gathered at the transposed index (a column of p2c per row)

@@ -4,9 +4,10 @@ The suite runs every kernel in Triton's interpreter, which accepts some code tha
 compiler rejects (and the other way round). Here the kernels of a set of graphs are generated with
 the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, for an sm_90 target
 (an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
-the clamped windows of pooling and upsampling, and the ``gdc_wait`` of programmatic dependent
-launch, and the candidates of ``mode="max-autotune"``. A child process does it, so that Triton and our helpers are set up for compiled kernels
-from the start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
+the clamped windows of pooling and upsampling, column blocks within a sample's channels, the
+``gdc_wait`` of programmatic dependent launch, and the candidates of ``mode="max-autotune"``. A
+child process does it, so that Triton and our helpers are set up for compiled kernels from the
+start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
 with a GPU (whose suite runs the kernels).
 """
 
@@ -100,6 +101,8 @@ GRAPHS = {
         lambda x, g: torch.autograd.grad(torch.nn.functional.max_pool2d(y := x.detach().requires_grad_(), 3, 2, 1,
                                                                         dilation=2), (y,), g),
         [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 3, 4)]),
+    "column blocks within each sample's 144 channels (a squeeze-and-excitation mean)": (
+        lambda x: x.float().mean((2, 3)), [torch.randn(64, 144, 28, 28, dtype=torch.bfloat16).contiguous(memory_format=cl)]),
     "bilinear upsampling backward, clamped windows": (
         resample_backward, [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 10, 13)]),
 }
