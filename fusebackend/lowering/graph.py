@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from fusebackend import foreach, indexing, ir, metrics, sizevars, symbolic
 from fusebackend.config import config
 from fusebackend.constants import fold_foreign
-from fusebackend.lowering import attention_heads, foreach_lists, layouts, trace
+from fusebackend.lowering import attention_heads, foreach_lists, layouts, product_epilogues, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
@@ -583,6 +583,7 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``.
     ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
     attention_heads.share_kv_heads(gm)  # grouped-query attention reads the unrepeated heads
+    product_epilogues.fold_activations(gm)  # a product's ReLU or tanh-GELU in cuBLASLt's epilogue
     foreach.in_place_chains(gm)  # foreach calls left whole update the inputs in place
     if config.foreach_lists:
         foreach_lists.fuse_runs(gm)  # and their runs are one generated kernel over every tensor
