@@ -235,6 +235,31 @@ def test_the_optimizer_benchmark_compares_each_variant_with_eager() -> None:
     assert optimizers.step_bytes(params, opt) == 7 * 4 * sum(p.numel() for p in params)
 
 
+def test_whole_training_steps_match_eager_and_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``benchmarks/training_steps.py`` on the CPU: GPT-2's forward, backward, AdamW step and
+    zero_grad compiled as one function by fuse update every weight as eager does, judged against
+    a float64 copy; and a compiled step whose update is off fails that judgement."""
+    from benchmarks import training_steps
+
+    rows = training_steps.run_model("gpt2", "tiny", ["eager", "fuse"], "adamw", torch.device("cpu"), torch.float32,
+                                    steps=1, timing=None, log=lambda _: None)
+    assert [r.status for r in rows] == ["ok", "ok"], rows
+    assert all(r.worst_ratio is not None and r.worst_ratio <= 1 for r in rows), rows
+    assert rows[1].graphs and rows[1].graphs >= 2 and rows[1].eager_graphs == 0  # forward and backward, the step
+    # a compiled step whose optimizer takes 1.5x the rate: its updates are not eager's
+    adamw = training_steps.OPTIMIZERS["adamw"]
+    calls: list[int] = []
+
+    def off_for_the_compiled(params: Any, **kw: Any) -> torch.optim.Optimizer:
+        calls.append(1)  # the float64 copy's first, then eager's, then the compiled variant's
+        return adamw(params, **kw) if len(calls) < 3 else torch.optim.AdamW(params, lr=1.5e-3, weight_decay=0.01, **kw)
+
+    monkeypatch.setitem(training_steps.OPTIMIZERS, "adamw", off_for_the_compiled)
+    rows = training_steps.run_model("gpt2", "tiny", ["eager", "fuse"], "adamw", torch.device("cpu"), torch.float32,
+                                    steps=1, timing=None, log=lambda _: None)
+    assert rows[0].status == "ok" and rows[1].status.startswith("wrong: "), rows
+
+
 def _chain_graph(read_old_after: bool) -> torch.fx.GraphModule:
     """An ATen graph as AOTAutograd gives a momentum update over two tensors: functional foreach
     calls, their last results copied back into the inputs; ``read_old_after``: a later node reads
