@@ -25,8 +25,8 @@ the activation's output, which the call returns, so a ReLU folds in training too
 products of ``config.row_products`` rows or fewer (a decode step's, generated with their
 epilogue, ``matmuls._row_product``). ``config.product_epilogues``: ``auto`` rewrites on a GPU
 in half precision, ``always`` on every device and dtype (the tests, on the CPU, where ATen
-computes the call as the product and then the activation), ``never`` leaves every product as
-traced. GELU only on a GPU: ATen's CPU kernel of the call computes the exact GELU
+computes the call as the product and then the activation), ``never`` (the default until the
+zoo's models are timed with it) leaves every product as traced. GELU only on a GPU: ATen's CPU kernel of the call computes the exact GELU
 (``tanh_gelu_epilogue``).
 """
 
