@@ -20,8 +20,14 @@ models (``--models``; real sizes in bf16 on a GPU, tiny in float32 on the CPU) a
 
 - **correctness**: each variant's update of every parameter over ``--steps`` steps (the weights
   after, less the weights before) against eager's and against a float64 copy's (eager, AdamW on
-  the float64 model): within twice eager's distance from float64 plus ``atol`` of the largest
-  float64 update (``benchmarks/zoo/compare.distance``). The worst parameter is reported;
+  the float64 model): the update's L2 distance from float64's within twice eager's, plus ``atol``
+  of float64's L2 norm, plus twice float64's largest element (``update_distance``). The worst
+  parameter is reported. Adam moves an element by about the learning rate whatever its
+  gradient's size, so an element whose gradient is near zero moves up or down as rounding sets
+  its sign, in eager's steps as in a compiler's, by chance: the largest element's distance
+  judged a step by which elements that chance picked (GPT-2's first LayerNorm bias, bf16, H200:
+  Inductor's 4.4x eager's, fuse's 4.5x; Inductor's steps under CUDA graphs within bounds). The norm with one such
+  element's allowance judges the whole update (an update 1.5x too large fails from 17 elements);
 - **time**: a step's median (``benchmarks.timing.median_ms``: CUDA events on a GPU, wall time on
   a CPU), the first call's seconds (the compiles), the peak memory of a steady step on a GPU;
 - **graphs**: how many Dynamo compiled, and for fuse, how many ran eagerly.
@@ -49,9 +55,10 @@ import torch
 
 from benchmarks.optimizers import OPTIMIZERS
 from benchmarks.timing import TimingConfig, median_ms, synchronize, timed_call
+from benchmarks.zoo.compare import Distance
 
 VARIANTS = ("eager", "inductor", "fuse")
-ATOL = 1e-3  # of the largest float64 update, as the zoo's training rows judge gradients
+ATOL = 1e-3  # of float64's update's norm, as the zoo's training rows judge gradients
 
 
 @dataclasses.dataclass
@@ -66,6 +73,16 @@ class Row:
     worst_ratio: float | None = None  # its distance over the allowed one (at most 1 passes)
     graphs: int | None = None  # Dynamo's compiled graphs
     eager_graphs: int | None = None  # fuse: graphs run eagerly
+
+
+def update_distance(name: str, compiled: torch.Tensor, eager: torch.Tensor, exact: torch.Tensor) -> Distance:
+    """One parameter's update against eager's and float64's, in L2 norm (module docstring)."""
+    c, e, x = (t.detach().double() for t in (compiled, eager, exact))
+    if c.shape != x.shape:
+        return Distance(f"{name} (shape {list(c.shape)}, float64 {list(x.shape)})", float("inf"), 0.0, 0.0)
+    dc, de = (c - x).norm().item(), (e - x).norm().item()
+    dc = float("inf") if dc != dc else dc  # NaN: never within bounds
+    return Distance(name, dc, de, 2 * de + ATOL * x.norm().item() + 2 * x.abs().max().item())
 
 
 def train_step(loss_of: Callable[[Any], torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -92,7 +109,7 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
     """Every variant's steps on ``name`` from the same weights; eager and float64 first."""
     from torch._dynamo.utils import counters
 
-    from benchmarks.zoo.compare import cast_inputs, distance
+    from benchmarks.zoo.compare import cast_inputs
     from benchmarks.zoo.registry import ZOO
 
     import fusebackend
@@ -119,7 +136,6 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
     exact = updates_of(exact_model, step, cast_inputs(built.train_inputs, torch.float64),
                        OPTIMIZERS[optimizer](exact_model.parameters(), foreach=True), 1 + steps)
     del exact_model
-    scale = max((u.abs().max().item() for u in exact.values() if u.numel()), default=0.0)
     reference: dict[str, torch.Tensor] | None = None
     rows = []
     for variant in ["eager"] + [v for v in variants if v != "eager"]:
@@ -139,7 +155,7 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
             got = updates_of(model, call, built.train_inputs, opt, steps)  # and the first call's step
             if reference is None:
                 reference = got
-            dists = [distance(n, got[n], reference[n], exact[n], ATOL, scale) for n in exact]
+            dists = [update_distance(n, got[n], reference[n], exact[n]) for n in exact]
             worst = max(dists, key=lambda d: d.ratio)
             row.worst, row.worst_ratio = str(worst), worst.ratio
             if not all(d.ok for d in dists) and variant != "eager":

@@ -102,9 +102,9 @@ class Config:
     # FUSE_PRODUCT_EPILOGUES: a product whose output only a ReLU or a tanh-approximated GELU reads
     # (an MLP's) as one call to cuBLASLt with that epilogue, ``aten._addmm_activation``
     # (lowering/product_epilogues.py): "auto" on a GPU in half precision; "always" on every device
-    # and dtype (for the tests); "never" leaves them as traced. "never" until timed on the zoo's
-    # models: the study of one product gave 1.28x (H200, 2026-11-28).
-    product_epilogues: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PRODUCT_EPILOGUES", "never"))
+    # and dtype (for the tests); "never" leaves them as traced. Zoo, H200, 2026-11-28: GPU time a
+    # step 4-7% lower on GPT-2, OPT and Phi inference (benchmarks/RESULTS.md).
+    product_epilogues: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PRODUCT_EPILOGUES", "auto"))
     # FUSE_ROW_PRODUCTS: matrix products of at most this many rows (a decode step's, whose M is
     # the batch) generated as sum reductions over K, their casts and epilogues fused
     # (lowering/matmuls.py, ``_row_product``); 0 leaves every product to cuBLAS. 1 by default:

@@ -260,6 +260,22 @@ def test_whole_training_steps_match_eager_and_float64(monkeypatch: pytest.Monkey
     assert rows[0].status == "ok" and rows[1].status.startswith("wrong: "), rows
 
 
+def test_an_update_is_judged_by_its_norm_not_one_element() -> None:
+    """Adam moves an element by about the learning rate whatever its gradient's size: an element
+    whose near-zero gradient rounded to the other sign moves the other way, by chance, in eager's
+    steps as in a compiler's. One such element passes; the whole update 1.5x too large does not."""
+    from benchmarks.training_steps import update_distance
+
+    exact = torch.full((768,), 1e-3, dtype=torch.float64) * torch.randn(768, dtype=torch.float64).sign()
+    eager = exact.float() + 1e-6 * torch.randn(768)  # eager: rounding only
+    flipped = eager.clone()
+    flipped[5] = -flipped[5]
+    assert update_distance("b", flipped, eager, exact).ok
+    assert (flipped.double() - exact).abs().max() > 2 * (eager.double() - exact).abs().max()  # the largest element: off
+    assert not update_distance("b", 1.5 * eager, eager, exact).ok
+    assert not update_distance("b", eager[:10], eager, exact).ok  # a shape that differs
+
+
 def _chain_graph(read_old_after: bool) -> torch.fx.GraphModule:
     """An ATen graph as AOTAutograd gives a momentum update over two tensors: functional foreach
     calls, their last results copied back into the inputs; ``read_old_after``: a later node reads

@@ -24,9 +24,9 @@ reads its input: the output has another reader, and is left as traced); ReLU's g
 the activation's output, which the call returns, so a ReLU folds in training too. Not for
 products of ``config.row_products`` rows or fewer (a decode step's, generated with their
 epilogue, ``matmuls._row_product``). ``config.product_epilogues``: ``auto`` rewrites on a GPU
-in half precision, ``always`` on every device and dtype (the tests, on the CPU, where ATen
-computes the call as the product and then the activation), ``never`` (the default until the
-zoo's models are timed with it) leaves every product as traced. GELU only on a GPU: ATen's CPU kernel of the call computes the exact GELU
+in half precision (the default), ``always`` on every device and dtype (the tests, on the CPU,
+where ATen computes the call as the product and then the activation), ``never`` leaves every
+product as traced. GELU only on a GPU: ATen's CPU kernel of the call computes the exact GELU
 (``tanh_gelu_epilogue``).
 """
 
