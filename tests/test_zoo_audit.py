@@ -56,6 +56,13 @@ def test_the_kernels_of_one_block_in_every_layer_are_audited_together() -> None:
     assert audit.flagged([row]) == [row]
 
 
+def test_a_kernel_launched_by_every_layer_moves_its_bytes_at_each_launch() -> None:
+    # one layer's graph, compiled once and called by each of 12 layers: 12 launches of one kernel
+    floors = audit.kernel_floors([_kernel("fused_red2_mul_sum", "y = 2", 1_000_000, 0)])
+    (row,) = audit.audit(StepProfile({"fused_red2_mul_sum": (12, 24.0)}), floors, 1e12)  # 1 us of floor a launch
+    assert row.launches == 12 and row.floor_us == 12.0 and row.of_floor == 0.5
+
+
 def test_the_report_gives_the_audit_and_the_loss_by_cause() -> None:
     fuse = VariantStats("fuse", median_ms=3.0, speedup=1.0, host_ms=3.2, gpu_ms=2.5, peak_mib=1100.0,
                         generated_us=1500.0, library_us=1000.0, floor_us=600.0,

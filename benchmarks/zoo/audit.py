@@ -60,7 +60,7 @@ Source = tuple[str, str]  # ("forward" or "backward", a source node's name)
 @dataclasses.dataclass(frozen=True)
 class KernelFloor:
     names: tuple[str, ...]  # the kernels of one group (one function; the profiler shows one name)
-    floor_bytes: int  # summed over the group: each member launches once a step
+    floor_bytes: int  # summed over the group: the bytes of one launch of each member
 
 
 @dataclasses.dataclass
@@ -132,7 +132,9 @@ def audit(profile: StepProfile, floors: dict[str, KernelFloor], bandwidth: float
     rows = []
     for name, members in groups.items():
         us = sum(m[2] for m in members)
-        floor_us = sum(m[0].floor_bytes for m in members) / bandwidth * 1e6
+        # a member launched more than once a step (the graph of one layer, which Dynamo compiles
+        # once and every layer calls) moves its bytes at each launch
+        floor_us = sum(m[0].floor_bytes * max(m[1] / len(m[0].names), 1) for m in members) / bandwidth * 1e6
         kernels = sum(len(m[0].names) for m in members)
         rows.append(KernelAudit(name, kernels, sum(m[1] for m in members), round(us, 2), round(floor_us, 2),
                                 round(floor_us / us, 3), round(us / total, 4)))
