@@ -156,3 +156,16 @@ def test_the_epilogue_gemm_study_checks_each_variant_against_float64() -> None:
     errors = _errors(lines)
     assert len(errors) == 2 * 3 and max(errors) < 1e-5, out
     assert sum("template" in line for line in lines) == 4, out
+
+
+def test_the_column_configs_study_generates_each_variant_and_checks_it() -> None:
+    # benchmarks/studies/column_configs_study.py: each case compiled under each variant's blocks
+    # (their launches differ, so the cache did not hand one variant another's kernels) and each
+    # output checked against eager before any timing
+    _, out = _study_check("column_configs_study")
+    rows = [line for line in out.splitlines() if line and not line.startswith((" ", "case", "copy"))]
+    assert len(rows) == 6 and all(line.split()[-3:] == ["ok", "ok", "ok"] for line in rows), out
+    today = [line for line in out.splitlines() if line.strip().startswith("today:")]
+    one_block = [line for line in out.splitlines() if line.strip().startswith("one block:")]
+    assert len(today) == len(one_block) == 6 and all(t.split(":", 1)[1] != o.split(":", 1)[1]
+                                                      for t, o in zip(today, one_block)), out
