@@ -121,7 +121,7 @@ def test_a_harness_run_writes_its_chart_and_draws_it_again(tmp_path: pathlib.Pat
     assert not (tmp_path / "none.png").exists()
 
 
-def _study_check(module: str) -> tuple[list[str], str]:
+def _study_check(module: str, *extra: str) -> tuple[list[str], str]:
     """``python -m benchmarks.studies.<module> --check`` in Triton's interpreter: the lines that
     give an error against float64, and the whole output."""
     import os
@@ -130,7 +130,7 @@ def _study_check(module: str) -> tuple[list[str], str]:
 
     root = pathlib.Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-m", f"benchmarks.studies.{module}", "--check"], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-m", f"benchmarks.studies.{module}", "--check", *extra], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return [line for line in proc.stdout.splitlines() if "error " in line], proc.stdout
@@ -169,3 +169,15 @@ def test_the_column_configs_study_generates_each_variant_and_checks_it() -> None
     one_block = [line for line in out.splitlines() if line.strip().startswith("one block:")]
     assert len(today) == len(one_block) == 6 and all(t.split(":", 1)[1] != o.split(":", 1)[1]
                                                       for t, o in zip(today, one_block)), out
+
+
+def test_the_cross_entropy_study_checks_each_variant_and_folds_the_one_hot() -> None:
+    # benchmarks/studies/cross_entropy_study.py: the loss and its gradient under every variant
+    # against eager's; folded, the backward's sum over nll_loss's one-hot is gone: its last
+    # kernel is pointwise where today's is a reduction over the vocabulary
+    _, out = _study_check("cross_entropy_study", "--models", "gpt2", "--rows", "2")
+    (row,) = [line for line in out.splitlines() if line.startswith("gpt2")]
+    assert row.split()[-4:] == ["ok", "ok", "ok", "ok"], out
+    kernels = {line.split(":")[0].strip(): line.split(":", 2)[2] for line in out.splitlines() if "kernels:" in line}
+    assert kernels["fuse"].split(", ")[-1].startswith("fused_red"), out
+    assert kernels["one-hot folded"].split(", ")[-1].startswith("fused_pw"), out
