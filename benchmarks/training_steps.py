@@ -30,7 +30,9 @@ models (``--models``; real sizes in bf16 on a GPU, tiny in float32 on the CPU) a
   element's allowance judges the whole update (an update 1.5x too large fails from 17 elements);
 - **time**: a step's median (``benchmarks.timing.median_ms``: CUDA events on a GPU, wall time on
   a CPU), the first call's seconds (the compiles), the peak memory of a steady step on a GPU;
-- **graphs**: how many Dynamo compiled, and for fuse, how many ran eagerly.
+- **graphs**: how many Dynamo compiled, and for fuse, how many ran eagerly;
+- **on a GPU, one step's profile**: its kernels' time (the step less that is the host's), the
+  part in generated kernels, launches, and the longest kernels (in the JSON).
 
 AdamW (foreach, learning rate 1e-3, weight decay 0.01) by default, SGD with Nesterov momentum
 with ``--optimizer sgd``.
@@ -59,6 +61,7 @@ from benchmarks.zoo.compare import Distance
 
 VARIANTS = ("eager", "inductor", "fuse")
 ATOL = 1e-3  # of float64's update's norm, as the zoo's training rows judge gradients
+TOP_KERNELS = 8  # the longest kernels of a profiled step, in the JSON
 
 
 @dataclasses.dataclass
@@ -73,6 +76,12 @@ class Row:
     worst_ratio: float | None = None  # its distance over the allowed one (at most 1 passes)
     graphs: int | None = None  # Dynamo's compiled graphs
     eager_graphs: int | None = None  # fuse: graphs run eagerly
+    # a GPU's profile of one step: its kernels' time (the rest of the step is the host's), the
+    # share of it in kernels the compiler generated, launches, and the longest kernels
+    gpu_ms: float | None = None
+    generated_ms: float | None = None
+    launches: int | None = None
+    top_kernels: list[tuple[str, int, float]] = dataclasses.field(default_factory=list)  # name, launches, us
 
 
 def update_distance(name: str, compiled: torch.Tensor, eager: torch.Tensor, exact: torch.Tensor) -> Distance:
@@ -110,6 +119,7 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
     from torch._dynamo.utils import counters
 
     from benchmarks.zoo.compare import cast_inputs
+    from benchmarks.zoo.measure import profile_step
     from benchmarks.zoo.registry import ZOO
 
     import fusebackend
@@ -166,6 +176,12 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
                 row.step_ms = median_ms(lambda: call(model, opt, built.train_inputs), device, timing)
                 if device.type == "cuda":
                     row.peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
+                profile = profile_step(lambda: call(model, opt, built.train_inputs), device)
+                if profile is not None:
+                    row.gpu_ms, row.generated_ms = profile.total_us / 1e3, profile.generated_us() / 1e3
+                    row.launches = profile.launches
+                    longest = sorted(profile.kernels.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
+                    row.top_kernels = [(name[:120], n, round(us, 1)) for name, (n, us) in longest]
         except Exception as exc:  # a failing variant is a row, not the end of the run
             row.status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         if backend != "eager":
@@ -186,6 +202,8 @@ def format_row(r: Row) -> str:
         parts.append(f"peak {r.peak_mib:8.0f} MiB")
     if r.first_call_s is not None and r.variant != "eager":
         parts.append(f"first call {r.first_call_s:6.1f} s")
+    if r.gpu_ms is not None:
+        parts.append(f"GPU {r.gpu_ms:8.3f} ms ({r.generated_ms:.3f} generated, {r.launches} launches)")
     if r.graphs is not None:
         parts.append(f"{r.graphs} graphs" + (f", {r.eager_graphs} eager" if r.eager_graphs is not None else ""))
     if r.worst_ratio is not None:
