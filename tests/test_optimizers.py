@@ -274,6 +274,12 @@ def test_an_update_is_judged_by_its_norm_not_one_element() -> None:
     assert (flipped.double() - exact).abs().max() > 2 * (eager.double() - exact).abs().max()  # the largest element: off
     assert not update_distance("b", 1.5 * eager, eager, exact).ok
     assert not update_distance("b", eager[:10], eager, exact).ok  # a shape that differs
+    # a parameter too small for the allowance: one element moved the other way is its update
+    small = exact[:8].clone()
+    one_off = small.float().clone()
+    one_off[0] = -one_off[0]
+    assert update_distance("s", small.float(), small.float(), small).ok
+    assert not update_distance("s", one_off, small.float(), small).ok
 
 
 def _chain_graph(read_old_after: bool) -> torch.fx.GraphModule:
