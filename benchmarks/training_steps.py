@@ -110,12 +110,16 @@ def train_step(loss_of: Callable[[Any], torch.Tensor]) -> Callable[..., torch.Te
     return step
 
 
+# The weights before the steps, the updates and the starting state are kept in host memory: on
+# the device they would count in every variant's peak (Llama's float64 updates take 9.9 GB, and
+# a run holds three such sets)
+
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
 
 
 def _updates(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {n: (p.detach().double() - before[n].double()) for n, p in model.named_parameters() if n in before}
+    return {n: (p.detach().cpu().double() - before[n].double()) for n, p in model.named_parameters() if n in before}
 
 
 def run_model(name: str, size: str, variants: list[str], optimizer: str, device: torch.device, dtype: torch.dtype,
@@ -131,7 +135,7 @@ def run_model(name: str, size: str, variants: list[str], optimizer: str, device:
 
     torch.manual_seed(0)
     built = ZOO[name].build(size, device, dtype)
-    start = copy.deepcopy(built.model.state_dict())
+    start = {k: v.detach().to("cpu", copy=True) for k, v in built.model.state_dict().items()}
     before = _weights(built.model)
 
     def fresh(to: torch.dtype = dtype) -> torch.nn.Module:
