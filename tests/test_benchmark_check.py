@@ -171,6 +171,7 @@ def test_the_column_configs_study_generates_each_variant_and_checks_it() -> None
                                                       for t, o in zip(today, one_block)), out
 
 
+@pytest.mark.full  # a study's, 25-30 s on 2 cores: pytest --full
 def test_the_cross_entropy_study_checks_each_variant_and_folds_the_one_hot() -> None:
     # benchmarks/studies/cross_entropy_study.py: the loss and its gradient under every variant
     # against eager's; folded, the backward's sum over nll_loss's one-hot is gone: its last
