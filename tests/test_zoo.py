@@ -353,7 +353,7 @@ def test_each_model_in_processes_of_its_own(tmp_path: pathlib.Path, capsys: pyte
     for p in (1, 2):
         saved = json.loads((tmp_path / f"zoo_tiny_inference_p{p}.json").read_text())
         assert [(r["model"], r["status"]) for r in saved["rows"]] == [("bert", "ok")]
-        assert saved["environment"]["process"] == p
+        assert saved["environment"]["process"] == p and "partial" not in saved["environment"]  # the last write
         fuse = next(v for v in saved["rows"][0]["variants"] if v["variant"] == "fuse")
         assert fuse["eager_graphs"] == 0 and fuse["error"] <= OUTPUT_TOL
         assert (tmp_path / "processes" / f"bert_inference_p{p}" / "log.txt").exists()
@@ -366,6 +366,14 @@ def test_processes_table_and_arguments() -> None:
 
     assert parallel.child_arguments(["--models", "a,b", "--tiny", "--out=x", "--parallel", "2", "--processes", "3",
                                      "--train", "--rep-ms", "50", "--mode", "both"]) == ["--tiny", "--rep-ms", "50"]
+    # staggered: a model's second process right after its first, so a run cut short has both of
+    # every model but the last
+    items = [("a", "inference"), ("b", "inference"), ("c", "train")]
+    assert parallel.job_order(items, 2) == [(1, "a", "inference"), (2, "a", "inference"), (1, "b", "inference"),
+                                            (2, "b", "inference"), (1, "c", "train"), (2, "c", "train")]
+    order = parallel.job_order(items, 3)
+    assert sorted(order) == sorted((p, *item) for p in (1, 2, 3) for item in items)
+    assert order[:4] == [(1, "a", "inference"), (2, "a", "inference"), (1, "b", "inference"), (3, "a", "inference")]
     runs = [[_row("gpt2", "inference", 2.0, 4.0), _row("bert", "train", None, 1.0)],
             [_row("gpt2", "inference", 3.0, 2.0), _row("bert", "train", 1.0, 1.0)]]
     lines = parallel.table(runs).splitlines()

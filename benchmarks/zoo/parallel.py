@@ -7,10 +7,14 @@ GPUs as slots; a model's processes take the queue in turn, so that its ``K`` run
 GPUs and at other times. Each child is the zoo's own command for one model and mode, with fresh
 cache folders of its own, writing under ``<out>/processes/``.
 
-At the end the rows of the ``k``-th process of every model are one run, written as the zoo
-writes one (``<name>_p<k>.json``, ``.md``, ``.png``), and a table gives fuse over Inductor per
-model in each process and the lowest of them: a model is as fast as its slowest process says
-(a host shared by several processes moves host-bound steps by up to a third between them).
+The queue is staggered (``job_order``): a model's second process comes right after its first
+(on another slot, so on another GPU where there are two or more), then the next model's first,
+so that a run cut short (a job's time limit) leaves every model but the last measured in each
+process. The rows of the ``k``-th process of every model are one run, written as the zoo
+writes one (``<name>_p<k>.json``, ``.md``) after each child, with ``"partial": true`` in the
+environment until the last, then with its chart (``.png``); a table gives fuse over Inductor
+per model in each process and the lowest of them: a model is as fast as its slowest process
+says (a host shared by several processes moves host-bound steps by up to a third between them).
 """
 
 from __future__ import annotations
@@ -42,7 +46,12 @@ def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.d
     if gpus and workers > gpus:
         print(f"zoo: {workers} processes at a time on {gpus} GPU(s): some share a GPU, and time each other's work",
               flush=True)
-    runs = run(items, child_arguments(argv), workers, max(1, args.processes), out, gpus)
+    def written_so_far(runs: list[list[ZooRow]]) -> None:
+        for p, rows in enumerate(runs, 1):
+            if rows:
+                report.write(rows, dict(env, process=p, partial=True), out, f"{name}_p{p}")
+
+    runs = run(items, child_arguments(argv), workers, max(1, args.processes), out, gpus, progress=written_so_far)
     for p, rows in enumerate(runs, 1):
         paths = report.write(rows, dict(env, process=p), out, f"{name}_p{p}")
         if p > 1:  # the first's is drawn by finish, with its table
@@ -76,15 +85,40 @@ def child_arguments(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def job_order(items: Sequence[tuple[str, str]], processes: int) -> list[tuple[int, str, str]]:
+    """(process number, model, mode) in the order the children start: item ``i``'s process
+    ``p`` in turn ``i + p - 1``, the later process first within a turn."""
+    turns = len(items) + processes - 1
+    return [(p, *items[t - p + 1]) for t in range(turns) for p in range(processes, 0, -1) if 0 <= t - p + 1 < len(items)]
+
+
 def run(items: Sequence[tuple[str, str]], passed: Sequence[str], workers: int, processes: int, out: str,
-        gpus: int, log: Callable[[str], None] = print) -> list[list[ZooRow]]:
+        gpus: int, log: Callable[[str], None] = print,
+        progress: Callable[[list[list[ZooRow]]], None] | None = None) -> list[list[ZooRow]]:
     """Each of ``items`` ``processes`` times, ``workers`` children at once (slot ``i`` on GPU ``i``
-    where there are ``gpus``); the rows of each process number, in the order of ``items``."""
-    jobs = [(p, model, mode) for p in range(1, processes + 1) for model, mode in items]
-    queue = list(jobs)
+    where there are ``gpus``); the rows of each process number, in the order of ``items``.
+    ``progress``: called with the rows of the children done so far after each one ends."""
+    queue = job_order(items, processes)
     lock = threading.Lock()
     folders: dict[tuple[int, str, str], str] = {}
     start = time.perf_counter()
+
+    def collect() -> list[list[ZooRow]]:
+        runs: list[list[ZooRow]] = []
+        for p in range(1, processes + 1):
+            rows: list[ZooRow] = []
+            for model, mode in items:
+                folder = folders.get((p, model, mode))
+                if folder is None:  # not run yet
+                    continue
+                found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".json")]
+                if not found:
+                    rows.append(ZooRow(model, mode, status="ERROR", message=f"no results: see {folder}/log.txt"))
+                    continue
+                saved, _ = report.load(found, log=lambda _: None)
+                rows += saved or [ZooRow(model, mode, status="ERROR", message=f"no row: see {folder}/log.txt")]
+            runs.append(rows)
+        return runs
 
     def worker(slot: int) -> None:
         while True:
@@ -105,25 +139,15 @@ def run(items: Sequence[tuple[str, str]], passed: Sequence[str], workers: int, p
                 where = f" on GPU {slot % gpus}" if gpus else ""
                 log(f"[{time.perf_counter() - start:6.0f} s] {model} ({mode}), process {p}{where}: "
                     + ("done" if code == 0 else f"exit {code}, see {folder}/log.txt"))
+                if progress is not None:
+                    progress(collect())
 
     threads = [threading.Thread(target=worker, args=(slot,)) for slot in range(max(1, workers))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    runs: list[list[ZooRow]] = []
-    for p in range(1, processes + 1):
-        rows: list[ZooRow] = []
-        for model, mode in items:
-            folder = folders[(p, model, mode)]
-            found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".json")]
-            if not found:
-                rows.append(ZooRow(model, mode, status="ERROR", message=f"no results: see {folder}/log.txt"))
-                continue
-            saved, _ = report.load(found, log=lambda _: None)
-            rows += saved or [ZooRow(model, mode, status="ERROR", message=f"no row: see {folder}/log.txt")]
-        runs.append(rows)
-    return runs
+    return collect()
 
 
 def table(runs: Sequence[Sequence[ZooRow]]) -> str:
