@@ -188,6 +188,20 @@ def _sleep_cycles_per_ms(device: torch.device) -> float:
     return _SLEEP_CYCLES[index]
 
 
+def graph_replay_us(fn: Callable[[], Any], calls: int = 20) -> float:
+    """Microseconds a call of ``fn`` (CUDA work only) takes: ``calls`` calls captured in one CUDA
+    graph and its replay timed by ``do_bench`` (median), so launches cost nothing."""
+    import triton.testing
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(graph.replay, warmup=20, rep=200, return_mode="median") * 1e3 / calls
+
+
 def timed_call(fn: Callable[..., Any], inputs: Sequence[Any], device: torch.device) -> tuple[Any, float]:
     """One synchronized call: its outputs and its wall time in seconds."""
     synchronize(device)

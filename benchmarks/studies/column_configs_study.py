@@ -39,6 +39,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
+from benchmarks.timing import graph_replay_us  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 
 TODAY = runtime.reduction_config
@@ -94,18 +95,6 @@ def cases(small: bool) -> list[tuple[str, Callable[..., torch.Tensor], list[torc
     return out
 
 
-def time_us(fn: Callable[[], Any], calls: int = 20) -> float:
-    import triton.testing
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return triton.testing.do_bench(graph.replay, warmup=20, rep=200, return_mode="median") * 1e3 / calls
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
@@ -139,7 +128,7 @@ def main() -> None:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
             launches.append("; ".join(f"grid ({g}) {b}" for g, b in blocks))
             if timed:
-                us = time_us(lambda: compiled(*inputs))
+                us = graph_replay_us(lambda: compiled(*inputs))
                 cells.append(f"{us:10.2f} ({floor_us / us:4.0%})")
             else:
                 cells.append(f"{'ok':>22s}")

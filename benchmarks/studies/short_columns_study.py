@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -32,6 +32,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
+from benchmarks.timing import graph_replay_us  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 
 SHAPES = [(512, 128), (512, 256), (512, 64), (1024, 512), (256, 2048), (64, 4096), (8, 8192)]
@@ -44,18 +45,6 @@ def looped(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw
     if row_contiguous or runtime.use_interpreter():
         return config
     return {"XBLOCK": 64, "RBLOCK": min(1 << max(rnumel - 1, 0).bit_length(), 16), "num_warps": 4}
-
-
-def time_us(fn: Callable[[], Any], calls: int = 20) -> float:
-    import triton.testing
-
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return triton.testing.do_bench(graph.replay, warmup=20, rep=200, return_mode="median") * 1e3 / calls
 
 
 def main() -> None:
@@ -77,7 +66,7 @@ def main() -> None:
             finally:
                 runtime.reduction_config = CONFIG
             torch.testing.assert_close(out, p.sum(0), rtol=1e-4, atol=1e-3)
-            times.append(time_us(lambda: fn(p)) if gpu and not args.check else float("nan"))
+            times.append(graph_replay_us(lambda: fn(p)) if gpu and not args.check else float("nan"))
         print(f"{rows:5d} x {cols:5d}  {times[0]:8.2f}  {times[1]:12.2f}", flush=True)
 
 
