@@ -490,12 +490,10 @@ def _block_tables(device: torch.device, sizes: tuple[int, ...]) -> tuple[torch.T
     return table, numels, (keep, keep_numels)
 
 
-def _in_graph_pool(device: torch.device) -> bool:
-    """Whether this call's CUDA allocations go to a CUDA graph's private pool: while a graph is
-    captured, or while CUDA graph trees warm one up. That pool may hold nothing beyond the graph's
-    own tensors (the trees check it), so the tables are then made for the call alone."""
-    if torch.cuda.is_current_stream_capturing():
-        return True
+def _trees_warming_up(device: torch.device) -> bool:
+    """Whether CUDA graph trees are warming a graph up on ``device``: its CUDA allocations then go
+    to the graph's private pool, which may hold nothing beyond the graph's own tensors (the trees
+    check it). Asked only when a table must be made (the trees' lookup takes a lock)."""
     trees = sys.modules.get("torch._inductor.cudagraph_trees")
     manager = trees.get_manager(device.index, create_if_none_exists=False) if trees is not None else None
     return manager is not None and bool(manager.in_warmup)
@@ -513,19 +511,26 @@ def _foreach_lists(source: str, n: int, written: list[torch.Tensor], read: list[
     device = written[0].device
     sizes = tuple(map(_numel, written[:n]))
     pointers = tuple(map(_data_ptr, written + read))
-    if device.type == "cuda" and _in_graph_pool(device):
-        blocks, entry = _block_tables(device, sizes), _on_device(list(pointers), device)
-        if torch.cuda.is_current_stream_capturing():  # replays copy from these host tensors
-            _captured.append((blocks[2], entry[1]))
-    else:
-        blocks = _blocks.get((device, sizes))
+    # a captured graph takes tables of its own (the cache may free or evict its tables before a
+    # replay); a call in a graph's pool (captured, or warmed up by the trees) makes them for
+    # itself alone, and keeps none
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    blocks = None if capturing else _blocks.get((device, sizes))
+    entry = None if capturing else _tables.get((device, pointers))
+    if blocks is None or entry is None:
+        alone = capturing or (device.type == "cuda" and _trees_warming_up(device))
         if blocks is None:
-            blocks = _blocks[(device, sizes)] = _block_tables(device, sizes)
-        entry = _tables.get((device, pointers))
+            blocks = _block_tables(device, sizes)
+            if not alone:
+                _blocks[(device, sizes)] = blocks
         if entry is None:
-            if len(_tables) >= _TABLES_KEPT:
-                _tables.pop(next(iter(_tables)))
-            entry = _tables[(device, pointers)] = _on_device(list(pointers), device)
+            entry = _on_device(list(pointers), device)
+            if not alone:
+                if len(_tables) >= _TABLES_KEPT:
+                    _tables.pop(next(iter(_tables)))
+                _tables[(device, pointers)] = entry
+        if capturing:  # replays copy from these host tensors
+            _captured.append((blocks[2], entry[1]))
     # one launcher per (source, n): Triton specializes the int N (1, a multiple of 16), and the
     # launcher's direct path reuses the first call's compiled kernel
     launcher = _launchers.get((source, n))
