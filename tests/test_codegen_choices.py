@@ -245,6 +245,14 @@ def test_gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg(2048, 256, False, 1) == {"XBLOCK": 32, "RBLOCK": 256, "num_warps": 8}
     assert cfg(8192, 8, False, 1) == {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4}
     assert cfg(65536, 1024, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
+    # more short columns: one block where the loop's 64 columns a program make fewer than four
+    # programs an SM (an H100's 132), or where 64 rows hold a column; else the loop
+    monkeypatch.setattr(runtime, "gpu_shape", lambda index=None: (132, 50 << 20))
+    assert cfg(12288, 784, False, 1) == {"XBLOCK": 16, "RBLOCK": 1024, "num_warps": 8}  # 192 programs
+    assert cfg(33792 - 64, 256, False, 1) == {"XBLOCK": 32, "RBLOCK": 256, "num_warps": 8}  # 527
+    assert cfg(33792, 256, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}  # 528
+    assert cfg(49152, 49, False, 1) == {"XBLOCK": 64, "RBLOCK": 64, "num_warps": 4}
+    assert cfg(49152, 65, False, 1) == {"XBLOCK": 64, "RBLOCK": 16, "num_warps": 4}
 
 
 def test_gpu_looped_rows_read_again_fit_l2(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,14 +299,16 @@ def _squeeze(x: torch.Tensor) -> torch.Tensor:  # a squeeze-and-excitation block
 
 
 @pytest.mark.parametrize("samples, channels, size, block, blocks_a_run", [
-    (64, 144, 28, 64, 3), (512, 24, 28, 32, 1), (8, 40, 14, 32, 2), (8, 144, 14, 32, 5), (64, 1152, 7, 64, 18)])
+    (256, 144, 28, 64, 3), (2048, 24, 28, 32, 1), (8, 40, 14, 32, 2), (8, 144, 14, 32, 5), (64, 1152, 7, 64, 18),
+    (64, 144, 28, 16, 9)])
 def test_gpu_column_blocks_stay_within_a_sample(monkeypatch: pytest.MonkeyPatch, samples: int, channels: int,
                                                 size: int, block: int, blocks_a_run: int) -> None:
     # the mean over a channels-last activation's positions: rows (sample, channel), a column
     # reduction. Blocks of 64 columns over 144 channels would mix two samples, their loads made
     # element by element (hints of 1): each block lies within one sample's channels instead, the
     # last masked; blocks of 32 for a run of 24 (a looped kernel's, with rows twice as long); blocks
-    # that divide the run as before
+    # that divide the run as before (b64 at 28x28: 144 programs of 64 columns would be too few, so
+    # one block of 1024 rows by 16 columns each)
     from test_fusion_reductions import compile_only
 
     original = runtime.reduction_config

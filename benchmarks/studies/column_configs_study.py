@@ -1,21 +1,24 @@
-"""Column reductions that run in few programs: today's blocks against two others.
+"""Column reductions: today's blocks against four others.
 
 A column reduction (its rows lie across memory, one element a row at the column's stride)
 gets 64 columns a program and loops over 16 rows a step (``runtime.reduction_config``), except
-columns of up to 1024 rows where there are at most 8192 of them, which sit in one block each.
-The zoo's audit finds such reductions far from their floor where they have few programs:
-ConvNeXt V2's GRN sums the squares of each sample's channels over its positions (b64, channels
-last: 192 programs of 784 rows at 28x28, 384 of 196 at 14x14, 768 of 49 at 7x7; 915 us, 28% of
-their floor, 17% of the step, H200, 2026-11-28), and a split column sum's first phase (a
-LayerNorm weight's gradient over 4096 rows of 768: 192 programs) has the same shape. A program
-holds 64 x 16 elements at a time, so the GPU has few bytes in flight.
+columns of up to 1024 rows, which sit in one block each where there are at most 8192 columns,
+where the loop would make fewer than four programs an SM, or where 64 rows hold the column.
+The zoo's audit finds such reductions far from their floor: ConvNeXt V2's GRN sums the squares
+of each sample's channels over its positions (b64, channels last, 4x the block's channels: 768
+programs of 64 columns by 784 rows at 28x28x768, 1536 of 196 rows at 14x14x1536; 915 us, 28%
+of their floor, 17% of the step, H200, 2026-11-28): a program of the loop holds 64 x 16
+elements at a time, so the GPU has few bytes in flight. A split column sum's first phase (a
+LayerNorm weight's gradient over 4096 rows of 768) made 192 programs under the rule before.
 
 Variants (each a ``runtime.reduction_config`` in place of today's while the kernel is generated):
 
 - ``today``: ``runtime.reduction_config`` as it is;
+- ``8192 columns``: the rule before 2026-11-28: one block only where there are at most 8192
+  columns (the first run of this study, which took it as today's, led to today's rule);
 - ``one block``: columns of up to 1024 rows in one block each, however many columns there are
   (the rule for at most 8192 columns, extended);
-- ``64 rows``: 64 columns by 64 rows a step, 8 warps, where today's loops.
+- ``64 rows``, ``128 rows``: 64 columns by 64 or 128 rows a step, 8 warps, where today's loops.
 
 Each case is compiled by fuse under each variant, checked against eager (bf16 inputs, fp32
 sums), and timed as 20 calls replayed in one CUDA graph (the kernels alone, launches free), in
@@ -49,6 +52,13 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def at_most_8192(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
+    r = _pow2(rnumel)
+    if row_contiguous or r > 1024 or xnumel <= 8192:
+        return TODAY(xnumel, rnumel, row_contiguous, passes, **kw)
+    return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
+
+
 def one_block(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
     r = _pow2(rnumel)
     if row_contiguous or r > 1024:
@@ -57,14 +67,19 @@ def one_block(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, *
     return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": 8 if r * xblock >= 8192 else 4}
 
 
-def rows64(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
-    config = TODAY(xnumel, rnumel, row_contiguous, passes, **kw)
-    if row_contiguous or config.get("RBLOCK", 0) >= rnumel:
-        return config
-    return {"XBLOCK": 64, "RBLOCK": min(_pow2(rnumel), 64), "num_warps": 8}
+def rows_a_step(rows: int, warps: int) -> Callable[..., dict[str, int]]:
+    def config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1, **kw: Any) -> dict[str, int]:
+        today = TODAY(xnumel, rnumel, row_contiguous, passes, **kw)
+        if row_contiguous or today.get("RBLOCK", 0) >= rnumel:
+            return today
+        return {"XBLOCK": 64, "RBLOCK": min(_pow2(rnumel), rows), "num_warps": warps}
+
+    return config
 
 
-VARIANTS: dict[str, Callable[..., dict[str, int]]] = {"today": TODAY, "one block": one_block, "64 rows": rows64}
+VARIANTS: dict[str, Callable[..., dict[str, int]]] = {
+    "today": TODAY, "8192 columns": at_most_8192, "one block": one_block,
+    "64 rows": rows_a_step(64, 8), "128 rows": rows_a_step(128, 8)}
 
 
 def cases(small: bool) -> list[tuple[str, Callable[..., torch.Tensor], list[torch.Tensor]]]:
@@ -72,7 +87,7 @@ def cases(small: bool) -> list[tuple[str, Callable[..., torch.Tensor], list[torc
     n = 2 if small else 64
     rows = 64 if small else 4096
     out = []
-    for h, c in ((56, 96), (28, 192), (14, 384), (7, 768)):
+    for h, c in ((56, 384), (28, 768), (14, 1536), (7, 3072)):  # (GRN follows the 4x expansion)
         if small:
             h = max(h // 7, 2)
         x = torch.randn(n, h, h, c, dtype=torch.bfloat16)  # ConvNeXt's blocks are channels last

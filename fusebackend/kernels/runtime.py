@@ -507,8 +507,16 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     #   its partial sums, in one block each: a loop of 16 rows a step runs its steps one after
     #   another on few programs. 512 x 128 fp32 partials: 8.1 -> 1.9 us; 1024 x 512: 16.7 ->
     #   3.0 us; 256 x 2048: 6.2 -> 2.8 us (benchmarks/studies/short_columns_study.py, 2026-11-23).
+    #   More columns of up to 1024 rows too, where the loop's blocks of 64 columns make fewer than
+    #   four programs an SM, or where a step of 64 rows holds the whole column (the same programs,
+    #   no loop). H200, bf16 in, fp32 sums, us (benchmarks/studies/column_configs_study.py,
+    #   2026-11-28): a sum of squares over each channel's positions, channels last, b64 28x28x192
+    #   (12288 columns of 784) 14.6 -> 9.9, 14x14x384 6.2 -> 5.8, 7x7x768 4.8 -> 4.3; a LayerNorm
+    #   weight's gradient over 4096 rows
+    #   of 768 (a split's first phase, 192 programs) 12.6 -> 6.9. With 768 programs or more of
+    #   longer columns the loop stays: a bias gradient over 4096 rows of 3072 11.4 against 12.1.
     if not row_contiguous:
-        if r <= 1024 and xnumel <= 8192:
+        if r <= 1024 and (xnumel <= 8192 or r <= 64 or cdiv(xnumel, 64) < 4 * gpu_shape()[0]):
             xblock = max(16, min(64, 8192 // r))
             return {"XBLOCK": xblock, "RBLOCK": r, "num_warps": 8 if r * xblock >= 8192 else 4}
         return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
