@@ -65,7 +65,7 @@ ATOL = 1e-3  # of float64's update's norm, as the zoo's training rows judge grad
 # parameters of at least this many elements may have one element moved the other way (a tenth
 # of the update's norm at most, for updates of one size): in a smaller one that is the update
 FLIP_MIN = 400
-TOP_KERNELS = 8  # the longest kernels of a profiled step, in the JSON
+TOP_KERNELS = 40  # the longest kernels of a profiled step, in the JSON
 
 
 @dataclasses.dataclass

@@ -236,9 +236,9 @@ def main() -> None:
         print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     variants: dict[str, tuple[Any, Callable[[], Any]]] = {
         "eager": (None, contextlib.nullcontext),
-        "fuse": ("fuse", contextlib.nullcontext),
-        "one-hot folded": ("fuse", folded_one_hots),
-        "rows of 8192": ("fuse", rows_of_8192),
+        "fuse": (fusebackend.fuse, contextlib.nullcontext),
+        "one-hot folded": (fusebackend.fuse, folded_one_hots),
+        "rows of 8192": (fusebackend.fuse, rows_of_8192),
         "inductor": ("inductor", contextlib.nullcontext),
     }
     if not gpu:
@@ -260,7 +260,7 @@ def main() -> None:
             step = step_of(fn, logits, labels)
             with context(), fusebackend.config.patch(graph_cache=False):
                 loss, grad = step()  # compiled here, under the variant
-            if backend == "fuse":
+            if backend is fusebackend.fuse:
                 kernels = [k for g in fusebackend.history()[-2:] for k in g.kernels]
                 shapes.append(f"{len(kernels)} kernels: " + ", ".join(kernels))
             torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
@@ -273,7 +273,7 @@ def main() -> None:
             else:
                 cells.append(f"{'ok':>24s}")
         print(f"{model:8s} {f'{rows} x {vocab}':>14s}" + "".join(f"  {c:>24s}" for c in cells), flush=True)
-        for name, shape in zip([v for v, (b, _) in variants.items() if b == "fuse"], shapes):
+        for name, shape in zip([v for v, (b, _) in variants.items() if b is fusebackend.fuse], shapes):
             print(f"    {name}: {shape}")
 
 

@@ -88,8 +88,8 @@ def peak_memory(step: Callable[[], Any], device: torch.device) -> PeakMemory | N
     return PeakMemory(peak / _MIB, base / _MIB)
 
 
-# kernels a compiler generated: fuse's (``fused_...``) and Inductor's (``triton_...``)
-_GENERATED = ("fused_", "triton_")
+# kernels a compiler generated: fuse's (``fused_...``, ``foreach_lists`` for an optimizer's lists) and Inductor's (``triton_...``)
+_GENERATED = ("fused_", "triton_", "foreach_lists")
 
 
 @dataclasses.dataclass
