@@ -5,6 +5,7 @@ kernel holds; and the runs it leaves as ATen calls, still right."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import pytest
@@ -108,10 +109,17 @@ def test_the_kernel_reads_and_writes_each_list_once() -> None:
         mp.setattr(foreach_lists._Plan, "source", keep)
         _steps("adamw", (SHAPES * 4)[: foreach.MAX_TENSORS + 1])
     source = sources[-1]
-    # parameters, first and second moments written; gradients and step counts read
-    assert source.count("tl.store(") == 3
-    assert source.count("tl.load(p") == 5  # the four lists and the step counts (one value a tensor)
-    assert source.count(" + offs, mask=mask)") == 4  # each list's elements loaded once
+    # parameters, first and second moments written; gradients and step counts read; the body
+    # twice: a whole block's, unmasked, and a tensor's last block's
+    assert source.count("if first + BLOCK <= numel:") == 1 and source.count("mask = offs < numel") == 1
+    assert source.count("tl.store(") == 2 * 3
+    assert source.count("tl.load(p") == 2 * 5  # the four lists and the step counts (one value a tensor)
+    assert source.count(" + offs)") == 4 and source.count(" + offs, mask=mask)") == 4  # each list once
+    assert source.count(", mask=mask)") == 4 + 3  # and the stores
+    # each address as a distance from the table's (whose alignment Triton knows), the lists' told
+    # a multiple of 16 bytes where every tensor's is (fp32: 4 elements); the step counts' not
+    assert source.count(" = tl.multiple_of(d") == 4 and source.count(", 4)") == 4
+    assert source.count("= table_ptr.to(tl.pointer_type(tl.float32)) + d") == 5
     assert "th.sqrt(" in source and "th.div(" in source
 
 
@@ -125,7 +133,7 @@ def test_the_wrapper_calls_the_function_and_one_source_serves_lists_of_any_lengt
     for count in (foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3):
         params, twins, opt, twin_opt = _steps("adamw", (SHAPES * 4)[:count])
         _assert_same(params, twins, opt, twin_opt)
-    lengths = [n for (_, n) in foreach_lists._launchers]
+    lengths = [n for (_, n, _) in foreach_lists._launchers]
     assert {foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3} <= set(lengths)
 
 
@@ -197,3 +205,28 @@ def test_tables_are_host_tensors_under_a_default_device() -> None:
     assert table.device.type == "cpu" and table.tolist() == [3, 1, 4] and keep is None
     blocks, numels, _ = foreach_lists._block_tables(torch.device("cpu"), (foreach_lists.BLOCK + 1, 5))
     assert blocks.tolist() == [0, 0, 0, foreach_lists.BLOCK, 1, 0] and numels.tolist() == [foreach_lists.BLOCK + 1, 5]
+
+
+def test_the_table_holds_distances_from_itself_and_whether_every_address_is_aligned() -> None:
+    flat = torch.randn(40)
+    tensors = [torch.randn(10), torch.randn(3, dtype=torch.bfloat16), torch.tensor(2.0), flat[1:5]]
+    pointers = tuple(t.data_ptr() for t in tensors)
+    table, _, aligned = foreach_lists._pointer_table(tensors, pointers, torch.device("cpu"))
+    assert [table.data_ptr() + d * t.element_size() for d, t in zip(table.tolist(), tensors)] == list(pointers)
+    assert not aligned  # flat[1:5] lies 4 bytes past a multiple of 16
+    assert foreach_lists._pointer_table(tensors[:3], pointers[:3], torch.device("cpu"))[2]
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_whole_blocks_and_last_blocks_at_any_alignment(offset: int) -> None:
+    # tensors of one block and a bit, of whole blocks, and of less than one, as views whose
+    # addresses lie `offset` elements past an allocation's: the kernel's two paths (a whole block
+    # unmasked, a last block masked) under either ALIGNED, right
+    block = foreach_lists.BLOCK
+    shapes = [(block + 3,), (2 * block,), (7, 5), (block - 1,)] * (foreach.MAX_TENSORS // 4 + 1)
+    make = lambda shape: torch.randn(math.prod(shape) + offset)[offset:].view(shape)  # noqa: E731
+    foreach_lists._launchers.clear()
+    params, twins, opt, twin_opt = _steps("adamw", shapes, make=make)
+    assert all((p.data_ptr() % 16 != 0) == bool(offset) for p in params)
+    _assert_same(params, twins, opt, twin_opt)
+    assert {aligned for (_, _, aligned) in foreach_lists._launchers} == {not offset}

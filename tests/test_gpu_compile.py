@@ -22,6 +22,7 @@ import pytest
 
 CHILD = r'''
 import os
+import re
 os.environ["FUSE_INTERPRET"] = "0"  # GPU launch configs, kernels decorated for the compiler
 import torch
 import triton
@@ -156,12 +157,19 @@ for dtype in (torch.float32, torch.bfloat16):  # (half-precision lists rounded a
     assert foreach_lists.fuse_runs(gm) > 0
     (call,) = [n for n in gm.graph.nodes if n.target is foreach_lists.CALL]
     jit = runtime.load_kernel("foreach_lists", call.args[0])
-    signature = {"table_ptr": "*i64", "blocks_ptr": "*i64", "numels_ptr": "*i64", "N": "i32", "BLOCK": "constexpr"}
-    try:
-        triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK}), target=target)
-    except Exception as exc:
-        raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")
-    count += 1
+    signature = {"table_ptr": "*i64", "blocks_ptr": "*i64", "numels_ptr": "*i64", "N": "i32", "BLOCK": "constexpr",
+                 "ALIGNED": "constexpr"}
+    for aligned in (False, True):  # (the tables' pointers aligned as Triton's launch finds them)
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+        try:
+            compiled = triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK, "ALIGNED": aligned},
+                                                attrs=attrs), target=target)
+        except Exception as exc:
+            raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")
+        # aligned, a whole block's loads and stores take 16 bytes at a time
+        wide = re.findall(r"(?:ld|st)\.global\.v4\.b32", compiled.asm["ptx"])
+        assert bool(wide) == aligned, (aligned, call.args[0])
+        count += 1
 print("compiled", count, "variants", variants)
 '''
 
