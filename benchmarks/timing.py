@@ -188,6 +188,22 @@ def _sleep_cycles_per_ms(device: torch.device) -> float:
     return _SLEEP_CYCLES[index]
 
 
+def study_device(check: bool) -> tuple[torch.device, float]:
+    """A study's device (a GPU, unless its kernels run in Triton's interpreter) and, where the
+    study times (on a GPU and not ``check``), the copy bandwidth measured there in bytes per
+    second (printed), else 0."""
+    import fusebackend
+    from benchmarks.zoo.audit import copy_bandwidth
+
+    gpu = torch.cuda.is_available() and not fusebackend.use_interpreter()
+    device = torch.device("cuda" if gpu else "cpu")
+    if not gpu or check:
+        return device, 0.0
+    bandwidth = copy_bandwidth(device)
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    return device, bandwidth
+
+
 def graph_replay_us(fn: Callable[[], Any], calls: int = 20) -> float:
     """Microseconds a call of ``fn`` (CUDA work only) takes: ``calls`` calls captured in one CUDA
     graph and its replay timed by ``do_bench`` (median), so launches cost nothing."""

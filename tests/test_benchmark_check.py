@@ -171,6 +171,20 @@ def test_the_column_configs_study_generates_each_variant_and_checks_it() -> None
                                                       for t, o in zip(today, one_block)), out
 
 
+def test_the_costly_recompute_study_checks_each_variant_and_stores_the_gelu_once() -> None:
+    # benchmarks/studies/costly_recompute_study.py: GELU then GRN under each variant against
+    # float64; today both kernels that read the GELU evaluate erf, stored only the sum's (which
+    # then writes the GELU too)
+    _, out = _study_check("costly_recompute_study")
+    rows = [line for line in out.splitlines() if line.startswith("GELU, GRN")]
+    assert len(rows) == 4 and all(line.count("ok, error") == 4 for line in rows), out
+    kernels = [line.strip() for line in out.splitlines() if line.startswith("    ")]
+    today = [line for line in kernels if line.startswith("today:")]
+    stored = [line for line in kernels if line.startswith("stored:")]
+    assert len(today) == len(stored) == 4, out
+    assert all(line.count("(erf)") == 2 for line in today) and all(line.count("(erf)") == 1 for line in stored), out
+
+
 @pytest.mark.full  # a study's, 25-30 s on 2 cores: pytest --full
 def test_the_cross_entropy_study_checks_each_variant_and_folds_the_one_hot() -> None:
     # benchmarks/studies/cross_entropy_study.py: the loss and its gradient under every variant

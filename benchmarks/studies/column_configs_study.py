@@ -42,7 +42,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
-from benchmarks.timing import graph_replay_us  # noqa: E402
+from benchmarks.timing import graph_replay_us, study_device  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 
 TODAY = runtime.reduction_config
@@ -114,15 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
     args = parser.parse_args()
-    gpu = torch.cuda.is_available() and not fusebackend.use_interpreter()
-    device = "cuda" if gpu else "cpu"
-    timed = gpu and not args.check
-    bandwidth = 0.0
-    if timed:
-        from benchmarks.zoo.audit import copy_bandwidth
-
-        bandwidth = copy_bandwidth(torch.device(device))
-        print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    device, bandwidth = study_device(args.check)
+    gpu, timed = device.type == "cuda", bandwidth > 0
     print(f"{'case':40s}" + "".join(f"  {v + ' us (floor)':>22s}" for v in VARIANTS))
     for name, fn, inputs in cases(small=not gpu):
         inputs = [t.to(device) for t in inputs]

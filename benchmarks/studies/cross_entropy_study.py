@@ -48,6 +48,7 @@ from fusebackend import indexing, ir  # noqa: E402
 from fusebackend.inlining import producer_index  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 from fusebackend.lowering.builder import IRBuilder  # noqa: E402
+from benchmarks.timing import study_device  # noqa: E402
 
 VOCABS = {"gpt2": 50257, "opt": 50272, "llama": 32000}
 
@@ -224,16 +225,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=None, help="rows of logits (default 4096 on a GPU, 8 elsewhere)")
     parser.add_argument("--models", default=",".join(VOCABS), help="whose vocabularies: " + ", ".join(VOCABS))
     args = parser.parse_args()
-    gpu = torch.cuda.is_available() and not fusebackend.use_interpreter()
-    device = torch.device("cuda" if gpu else "cpu")
+    device, bandwidth = study_device(args.check)
+    gpu, timed = device.type == "cuda", bandwidth > 0
     rows = args.rows or (4096 if gpu else 8)
-    timed = gpu and not args.check
-    bandwidth = 0.0
-    if timed:
-        from benchmarks.zoo.audit import copy_bandwidth
-
-        bandwidth = copy_bandwidth(device)
-        print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     variants: dict[str, tuple[Any, Callable[[], Any]]] = {
         "eager": (None, contextlib.nullcontext),
         "fuse": (fusebackend.fuse, contextlib.nullcontext),
