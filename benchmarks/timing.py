@@ -16,6 +16,7 @@ around each call and do_bench's budgets; the default, ``"zeroed"``, is do_bench 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gc
 import statistics
@@ -188,20 +189,28 @@ def _sleep_cycles_per_ms(device: torch.device) -> float:
     return _SLEEP_CYCLES[index]
 
 
-def study_device(check: bool) -> tuple[torch.device, float]:
-    """A study's device (a GPU, unless its kernels run in Triton's interpreter) and, where the
-    study times (on a GPU and not ``check``), the copy bandwidth measured there in bytes per
-    second (printed), else 0."""
+def study_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A study's command line: its docstring as the help, and ``--check`` (outputs only)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
+    return parser
+
+
+def study_setup(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, torch.device, float]:
+    """A study's parsed arguments, its device (a GPU, unless its kernels run in Triton's
+    interpreter) and, where the study times (on a GPU and not ``--check``), the copy bandwidth
+    measured there in bytes per second (printed), else 0."""
     import fusebackend
     from benchmarks.zoo.audit import copy_bandwidth
 
+    args = parser.parse_args()
     gpu = torch.cuda.is_available() and not fusebackend.use_interpreter()
     device = torch.device("cuda" if gpu else "cpu")
-    if not gpu or check:
-        return device, 0.0
+    if not gpu or args.check:
+        return args, device, 0.0
     bandwidth = copy_bandwidth(device)
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    return device, bandwidth
+    return args, device, bandwidth
 
 
 def graph_replay_us(fn: Callable[[], Any], calls: int = 20) -> float:

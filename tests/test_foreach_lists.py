@@ -13,7 +13,7 @@ import torch
 
 import fusebackend
 from fusebackend import foreach
-from fusebackend.lowering import foreach_lists
+from fusebackend.lowering import foreach_call, foreach_lists
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=True),
@@ -127,13 +127,13 @@ def test_the_wrapper_calls_the_function_and_one_source_serves_lists_of_any_lengt
     from fusebackend.kernels.wrapper_calls import aten_call
 
     # the wrapper's call skips the dispatcher (each list of tensors made C++ values and back)
-    assert aten_call(foreach_lists.CALL) is foreach_lists._foreach_lists
+    assert aten_call(foreach_lists.CALL) is foreach_call._foreach_lists
     # two steps whose runs are the same source over lists of different lengths: each length its
     # own launcher (Triton specializes the int N), both right
     for count in (foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3):
         params, twins, opt, twin_opt = _steps("adamw", (SHAPES * 4)[:count])
         _assert_same(params, twins, opt, twin_opt)
-    lengths = [n for (_, n, _) in foreach_lists._launchers]
+    lengths = [n for (_, n, _) in foreach_call._launchers]
     assert {foreach.MAX_TENSORS + 1, foreach.MAX_TENSORS + 3} <= set(lengths)
 
 
@@ -201,20 +201,20 @@ def test_tables_are_host_tensors_under_a_default_device() -> None:
     # CUDA graph trees warm a graph up under ``torch.device(cuda)``: the pointer and block tables
     # are made on the host first (to be pinned and copied without a wait), whatever the default
     with torch.device("meta"):
-        table, keep = foreach_lists._on_device([3, 1, 4], torch.device("cpu"))
+        table, keep = foreach_call._on_device([3, 1, 4], torch.device("cpu"))
     assert table.device.type == "cpu" and table.tolist() == [3, 1, 4] and keep is None
-    blocks, numels, _ = foreach_lists._block_tables(torch.device("cpu"), (foreach_lists.BLOCK + 1, 5))
-    assert blocks.tolist() == [0, 0, 0, foreach_lists.BLOCK, 1, 0] and numels.tolist() == [foreach_lists.BLOCK + 1, 5]
+    blocks, numels, _ = foreach_call._block_tables(torch.device("cpu"), (foreach_call.BLOCK + 1, 5))
+    assert blocks.tolist() == [0, 0, 0, foreach_call.BLOCK, 1, 0] and numels.tolist() == [foreach_call.BLOCK + 1, 5]
 
 
 def test_the_table_holds_distances_from_itself_and_whether_every_address_is_aligned() -> None:
     flat = torch.randn(40)
     tensors = [torch.randn(10), torch.randn(3, dtype=torch.bfloat16), torch.tensor(2.0), flat[1:5]]
     pointers = tuple(t.data_ptr() for t in tensors)
-    table, _, aligned = foreach_lists._pointer_table(tensors, pointers, torch.device("cpu"))
+    table, _, aligned = foreach_call._pointer_table(tensors, pointers, torch.device("cpu"))
     assert [table.data_ptr() + d * t.element_size() for d, t in zip(table.tolist(), tensors)] == list(pointers)
     assert not aligned  # flat[1:5] lies 4 bytes past a multiple of 16
-    assert foreach_lists._pointer_table(tensors[:3], pointers[:3], torch.device("cpu"))[2]
+    assert foreach_call._pointer_table(tensors[:3], pointers[:3], torch.device("cpu"))[2]
 
 
 @pytest.mark.parametrize("offset", [0, 1])
@@ -222,11 +222,11 @@ def test_whole_blocks_and_last_blocks_at_any_alignment(offset: int) -> None:
     # tensors of one block and a bit, of whole blocks, and of less than one, as views whose
     # addresses lie `offset` elements past an allocation's: the kernel's two paths (a whole block
     # unmasked, a last block masked) under either ALIGNED, right
-    block = foreach_lists.BLOCK
+    block = foreach_call.BLOCK
     shapes = [(block + 3,), (2 * block,), (7, 5), (block - 1,)] * (foreach.MAX_TENSORS // 4 + 1)
     make = lambda shape: torch.randn(math.prod(shape) + offset)[offset:].view(shape)  # noqa: E731
-    foreach_lists._launchers.clear()
+    foreach_call._launchers.clear()
     params, twins, opt, twin_opt = _steps("adamw", shapes, make=make)
     assert all((p.data_ptr() % 16 != 0) == bool(offset) for p in params)
     _assert_same(params, twins, opt, twin_opt)
-    assert {aligned for (_, _, aligned) in foreach_lists._launchers} == {not offset}
+    assert {aligned for (_, _, aligned) in foreach_call._launchers} == {not offset}

@@ -137,7 +137,7 @@ for name, (fn, args) in GRAPHS.items():
 
 # a run of foreach calls over long lists: one kernel over every tensor (lowering/foreach_lists.py)
 from fusebackend import foreach
-from fusebackend.lowering import foreach_lists
+from fusebackend.lowering import foreach_call, foreach_lists
 
 
 def adamw_like(params, grads, avgs, steps):
@@ -162,7 +162,7 @@ for dtype in (torch.float32, torch.bfloat16):  # (half-precision lists rounded a
     for aligned in (False, True):  # (the tables' pointers aligned as Triton's launch finds them)
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
         try:
-            compiled = triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_lists.BLOCK, "ALIGNED": aligned},
+            compiled = triton.compile(ASTSource(jit, signature, {"BLOCK": foreach_call.BLOCK, "ALIGNED": aligned},
                                                 attrs=attrs), target=target)
         except Exception as exc:
             raise SystemExit(f"foreach_lists does not compile: {exc}\n{call.args[0]}")

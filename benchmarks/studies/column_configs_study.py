@@ -31,7 +31,6 @@ bandwidth measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 from typing import Any, Callable
@@ -42,7 +41,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
-from benchmarks.timing import graph_replay_us, study_device  # noqa: E402
+from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 
 TODAY = runtime.reduction_config
@@ -111,10 +110,7 @@ def cases(small: bool) -> list[tuple[str, Callable[..., torch.Tensor], list[torc
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
-    args = parser.parse_args()
-    device, bandwidth = study_device(args.check)
+    args, device, bandwidth = study_setup(study_parser(__doc__))
     gpu, timed = device.type == "cuda", bandwidth > 0
     print(f"{'case':40s}" + "".join(f"  {v + ' us (floor)':>22s}" for v in VARIANTS))
     for name, fn, inputs in cases(small=not gpu):

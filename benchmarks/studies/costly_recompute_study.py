@@ -30,7 +30,6 @@ copy bandwidth measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -43,7 +42,7 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
-from benchmarks.timing import graph_replay_us, study_device  # noqa: E402
+from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 from fusebackend.scheduler import recompute  # noqa: E402
 
@@ -91,10 +90,7 @@ STAGES = ((56, 384), (28, 768), (14, 1536), (7, 3072))  # ConvNeXt V2-T's GRN: p
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
-    args = parser.parse_args()
-    device, bandwidth = study_device(args.check)
+    args, device, bandwidth = study_setup(study_parser(__doc__))
     gpu, timed = device.type == "cuda", bandwidth > 0
     variants: dict[str, tuple[Any, Callable[[], Any]]] = {
         "eager": (None, contextlib.nullcontext),

@@ -31,7 +31,6 @@ backward, the gradient written.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 from typing import Any, Callable, Iterator
@@ -48,7 +47,7 @@ from fusebackend import indexing, ir  # noqa: E402
 from fusebackend.inlining import producer_index  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 from fusebackend.lowering.builder import IRBuilder  # noqa: E402
-from benchmarks.timing import study_device  # noqa: E402
+from benchmarks.timing import study_parser, study_setup  # noqa: E402
 
 VOCABS = {"gpt2": 50257, "opt": 50272, "llama": 32000}
 
@@ -220,12 +219,10 @@ def step_of(fn: Callable[..., torch.Tensor], logits: torch.Tensor, labels: torch
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="check outputs only (no timing)")
+    parser = study_parser(__doc__)
     parser.add_argument("--rows", type=int, default=None, help="rows of logits (default 4096 on a GPU, 8 elsewhere)")
     parser.add_argument("--models", default=",".join(VOCABS), help="whose vocabularies: " + ", ".join(VOCABS))
-    args = parser.parse_args()
-    device, bandwidth = study_device(args.check)
+    args, device, bandwidth = study_setup(parser)
     gpu, timed = device.type == "cuda", bandwidth > 0
     rows = args.rows or (4096 if gpu else 8)
     variants: dict[str, tuple[Any, Callable[[], Any]]] = {
