@@ -185,6 +185,13 @@ def test_half_precision_lists_round_each_result_as_the_graph_does(dtype: torch.d
     params, _, opt, _ = _steps("adamw", shapes, steps=1, make=make)
     source = next(v for k, v in fusebackend.last_compiled().kernels.items() if k.startswith("foreach_lists"))
     assert ("th.round_bf16(" if dtype == torch.bfloat16 else ".to(tl.float16).to(tl.float32)") in source
+    # a quotient or root rounded to the dtype at once is Triton's approximate one (the second
+    # moment's root, its divisions by the bias corrections' scalars); addcdiv's quotient, added
+    # to the parameter before it is rounded, stays correctly rounded; so do the fp32 scalars'
+    whole = source.split("else:  # the tensor's last block")[0]
+    rounded = "th.round_bf16(" if dtype == torch.bfloat16 else ""
+    assert f"{rounded}(tl.sqrt(" in whole and whole.count(" / v") == 2, source
+    assert whole.count("th.div(") == 3 and whole.count("th.sqrt(") == 1, source  # addcdiv's; two and one scalars'
     fill = torch.tensor(1 - 0.9, dtype=dtype).float()
     for p in params:
         g = p.grad.float()

@@ -6,7 +6,8 @@ Eager's fp32 division and square root are correctly rounded, and so are fuse's (
 
 - ``reciprocal_root``: ``1 / sqrt(v)`` in fp32 is one ``rsqrt``;
 - ``rounded_to_half``: a quotient or root rounded to bf16/fp16 at once is Triton's ``/`` or
-  ``tl.sqrt``.
+  ``tl.sqrt`` (``approximate`` renders them; an optimizer's list kernel,
+  ``lowering/foreach_lists.py``, takes the same rule for its half-precision lists).
 """
 
 from __future__ import annotations
@@ -53,9 +54,14 @@ def rounded_to_half(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, sym
         return None  # folded where it is rendered
     args = [body.value(a, subst) for a in inner.args]
     args = [a if a in body.dims else f"tl.full([], {a}, tl.float32)" for a in args]
-    text = f"{args[0]} / {args[1]}" if inner.name == "truediv" else f"tl.sqrt({args[0]})"
     dims = frozenset().union(*(body.dims_of(a) for a in args))
-    return ir.Rendered(body._emit(text, dims), torch.float32)
+    return ir.Rendered(body._emit(approximate(inner.name, args), dims), torch.float32)
+
+
+def approximate(name: str, args: list[str]) -> str:
+    """Triton's approximate fp32 quotient (``truediv``) or root (``sqrt``) of ``args``, within
+    2 ulp: for a result rounded to half precision at once (``rounded_to_half``)."""
+    return f"{args[0]} / {args[1]}" if name == "truediv" else f"tl.sqrt({args[0]})"
 
 
 def reciprocal_root(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> ir.Expr | None:
