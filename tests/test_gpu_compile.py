@@ -13,6 +13,7 @@ with a GPU (whose suite runs the kernels).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -198,3 +199,26 @@ def test_generated_kernels_compile_for_sm90() -> None:
     compiled = int(proc.stdout.split("compiled", 1)[1].split()[0])
     variants = int(proc.stdout.split("variants", 1)[1].split()[0])
     assert compiled >= 12 and variants >= 12, proc.stdout
+
+
+@pytest.mark.skipif(not _can_compile_for_sm90(), reason="this Triton cannot compile for an NVIDIA GPU here")
+def test_the_op_instruction_study_measures_the_scheduler_table() -> None:
+    # benchmarks/studies/op_instructions.py, the source of scheduler/instructions.py's table, on a
+    # few ops: a multiplication an instruction or two, the costly ones within a few of the table's
+    # counts (compiled for sm_90 here; another Triton's ptxas may differ by some)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRITON_INTERPRET", None)
+    code = ("import json\n"
+            "from benchmarks.studies.op_instructions import instructions\n"
+            "base = instructions('a0', 1)\n"
+            "ops = {'erf': 'tl.erf(a0)', 'sqrt': 'th.sqrt(a0)', 'exp': 'tl.exp(a0)', 'mul': 'a0 * 3.0'}\n"
+            "print(json.dumps({name: instructions(expr, 1) - base for name, expr in ops.items()}))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from fusebackend.scheduler.instructions import OP_INSTRUCTIONS
+
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert measured["mul"] <= 2, measured
+    for name in ("erf", "sqrt", "exp"):
+        assert abs(measured[name] - OP_INSTRUCTIONS[name]) <= max(3, OP_INSTRUCTIONS[name] // 4), measured

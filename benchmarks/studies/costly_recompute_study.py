@@ -1,23 +1,25 @@
-"""A costly activation recomputed in each reader: ConvNeXt V2's GELU then GRN, as fuse makes it
-today against the GELU stored once.
+"""A costly activation read by two kernels: ConvNeXt V2's GELU then GRN, computed again in
+each reader against stored once.
 
 ConvNeXt V2's block expands its channels 4x by a product, applies the exact (erf) GELU, then
 GRN: the sum of squares of each sample's channel over its positions (a column reduction,
-channels last), and a pointwise pass that scales each element by it. The scheduler recomputes
-the GELU in both readers (``scheduler/recompute.py``: its inputs cost no more bytes than its
-result, so recomputing never moves more memory), so both kernels evaluate ``erf`` for every
-element. The zoo's audit (H200, b64, 2026-11-28) gives the GRN sum's kernels 910 us of a 5.5 ms
-inference step at 29% of their floor, where the same sums without the GELU
-(``column_configs_study.py``) run at 64-84% of theirs: the sum's kernel is bound by its
-instructions, not its bytes.
+channels last), and a pointwise pass that scales each element by it. Until 2026-12-01 the
+scheduler recomputed the GELU in both readers (``scheduler/recompute.py``: its inputs cost no
+more bytes than its result, so recomputing never moves more memory), so both kernels evaluated
+``erf`` for every element. The zoo's audit (H200, b64, 2026-11-28) gave the GRN sum's kernels
+910 us of a 5.5 ms inference step at 29% of their floor, where the same sums without the GELU
+(``column_configs_study.py``) run at 64-84% of theirs: the sum's kernel was bound by its
+instructions, not its bytes. Since then recomputing weighs the instructions it adds against the
+bytes it saves (``scheduler/instructions.py``), and at these sizes the GELU is stored by the
+sum's kernel.
 
 Variants:
 
-- ``today``: as fuse generates it;
-- ``stored``: nothing recomputed (``recompute.MAX_OPS`` = 0 while it compiles): the sum's kernel
-  writes the GELU beside its sums and the pointwise pass reads it, one more full-size write;
-- ``8 warps``: today's kernels, the column reduction with 8 warps a program where today's
-  has 4 (twice the warps to hide ``erf``'s latency, the same blocks);
+- ``default``: as fuse generates it;
+- ``recomputed``: the rule before, every such chain recomputed (``recompute.too_costly`` None);
+- ``stored``: nothing recomputed (``recompute.MAX_OPS`` = 0 while it compiles);
+- ``8 warps``: the default's kernels, the column reduction with 8 warps a program where the
+  default has 4;
 - ``inductor``; ``eager``.
 
 Each is checked against eager, then timed as 20 calls replayed in one CUDA graph (the kernels
@@ -66,6 +68,16 @@ def stored() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def recomputed() -> Iterator[None]:
+    saved = recompute.too_costly
+    recompute.too_costly = lambda expanded, readers: None
+    try:
+        yield
+    finally:
+        recompute.too_costly = saved
+
+
+@contextlib.contextmanager
 def eight_warps() -> Iterator[None]:
     today = runtime.reduction_config
 
@@ -94,7 +106,8 @@ def main() -> None:
     gpu, timed = device.type == "cuda", bandwidth > 0
     variants: dict[str, tuple[Any, Callable[[], Any]]] = {
         "eager": (None, contextlib.nullcontext),
-        "today": (fusebackend.fuse, contextlib.nullcontext),
+        "default": (fusebackend.fuse, contextlib.nullcontext),
+        "recomputed": (fusebackend.fuse, recomputed),
         "stored": (fusebackend.fuse, stored),
         "8 warps": (fusebackend.fuse, eight_warps),
         "inductor": ("inductor", contextlib.nullcontext),

@@ -2,7 +2,9 @@
 
 ``schedule(graph)`` fuses nodes (``fusion.py``) by the bytes each fusion saves
 (``cost_model.py``), recomputes in their readers the cheap pointwise results fusion would store
-(``recompute.py``) and fuses again, and orders the groups (``ordering.py``: the graph's order,
+(``recompute.py``; where a value is kept stored for the instructions recomputing it would add,
+both ways are fused and the one that moves fewer bytes, instructions counted as bytes, taken)
+and fuses again, and orders the groups (``ordering.py``: the graph's order,
 unless another lowers the peak of memory). Each ``KernelPlan`` names its nodes, the buffers it
 must store (read outside the group or returned by the graph), its byte accounting and the
 Dynamo graph's nodes it computes (``provenance.py``); the ``Schedule`` keeps every fusion taken
@@ -16,10 +18,11 @@ import dataclasses
 from fusebackend import ir
 from fusebackend.config import config
 from fusebackend.provenance import kernel_sources
-from fusebackend.scheduler.cost_model import TrafficModel, graph_floor
+from fusebackend.scheduler.cost_model import OPS_PER_BYTE_SAVED, TrafficModel, graph_floor
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
+from fusebackend.scheduler.groups import Groups
 from fusebackend.scheduler.ordering import memory_order
-from fusebackend.scheduler.recompute import inline_cheap
+from fusebackend.scheduler.recompute import Costly, inline_cheap
 from fusebackend.scheduler.space import KernelSpace, plan_space
 
 
@@ -59,6 +62,8 @@ class Schedule:
     floor_bytes: int
     recomputed: tuple[ir.Pointwise, ...] = ()
     absorbed: tuple[ir.Pointwise, ...] = ()  # computed only inside recomputed chains now
+    costly: tuple[tuple[str, str], ...] = ()  # stored, not recomputed for the instructions: (name, why)
+    compared: str = ""  # the bytes of both ways, where costly values were weighed (``schedule``)
 
     @property
     def kernels(self) -> list[KernelPlan]:
@@ -114,6 +119,11 @@ class Schedule:
             lines.extend(f"    {n.name}: {n.origin}" for n in self.recomputed)
         if self.absorbed:
             lines.append("  computed only inside those: " + ", ".join(n.name for n in self.absorbed))
+        if self.costly:
+            lines.append("  stored, not recomputed in each reader (the instructions it would add):")
+            lines.extend(f"    {name}: {why}" for name, why in self.costly)
+        if self.compared:
+            lines.append(f"  costly values {'kept stored' if self.costly else 'recomputed'}: {self.compared}")
         if self.decisions:
             lines.append("  fusions taken:")
             lines.extend(f"    {d}" for d in self.decisions)
@@ -136,25 +146,82 @@ def format_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def schedule(graph: ir.IRGraph) -> Schedule:
+@dataclasses.dataclass
+class _Fused:
+    """Fusion and recomputing run to their end: the graph rewritten, its groups and what was
+    decided on the way."""
+
+    graph: ir.IRGraph
+    model: TrafficModel
+    groups: Groups
+    decisions: list[Decision]
+    refusals: list[Refusal]
+    recomputed: tuple[ir.Pointwise, ...] = ()
+    absorbed: tuple[ir.Pointwise, ...] = ()
+    costly: dict[str, Costly] = dataclasses.field(default_factory=dict)
+
+    def kernel_bytes(self) -> int:
+        """Bytes the kernels move, by the cost model (extern calls left out)."""
+        total = 0
+        for g in self.groups.topological():
+            members = self.groups.members[g]
+            if not (len(members) == 1 and isinstance(self.groups.nodes[members[0]], ir.Extern)):
+                total += sum(self.model.traffic(members))
+        return total
+
+
+_FirstFusion = tuple[TrafficModel, Groups, list[Decision], list[Refusal]]
+
+
+def _fuse_and_recompute(graph: ir.IRGraph, weigh: bool, first: _FirstFusion | None = None) -> _Fused:
     # Fuse; then recompute, in their readers, the pointwise results that fusion left stored and
     # that are cheaper to compute again (recompute.py), and fuse again, until none is left.
-    # Recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
-    # the floor of the rewritten graph is the floor of the original. With fusion off every node
-    # is a kernel of its own.
-    graph = _without_unread(graph)
+    # ``weigh``: weigh the instructions recomputing adds (false: recompute costly values too);
+    # ``first``: the fusion of ``graph`` itself, where it was made already (either way's start).
     recomputed: tuple[ir.Pointwise, ...] = ()
     absorbed: tuple[ir.Pointwise, ...] = ()
     while True:
-        model = TrafficModel(graph)
-        groups, decisions, refusals = fuse(graph, model)
+        if first is not None:
+            (model, groups, decisions, refusals), first = first, None
+        else:
+            model = TrafficModel(graph)
+            groups, decisions, refusals = fuse(graph, model)
         if not config.fusion:
-            break
+            return _Fused(graph, model, groups, decisions, refusals)
         stored = {b.name for g in groups.topological() for b in model.stored(groups.members[g])}
-        graph, more, chains = inline_cheap(graph, stored)
+        kernel_of = {name: g for g in groups.topological() for name in groups.members[g]}
+        rewritten, more, chains, refused = inline_cheap(graph, stored, kernel_of, weigh)
         if not more:
-            break
-        recomputed, absorbed = recomputed + more, absorbed + chains
+            return _Fused(graph, model, groups, decisions, refusals, recomputed, absorbed, refused)
+        graph, recomputed, absorbed = rewritten, recomputed + more, absorbed + chains
+
+
+def schedule(graph: ir.IRGraph) -> Schedule:
+    # Recomputing moves a node's reads into its readers: the graph inputs read stay the same, so
+    # the floor of the rewritten graph is the floor of the original. With fusion off every node
+    # is a kernel of its own. Where values were kept stored for the instructions recomputing
+    # them would add, the graph is fused again recomputing them too, and the way that moves
+    # fewer bytes, counting those instructions as bytes (cost_model.OPS_PER_BYTE_SAVED), is
+    # taken: storing a value changes what fusion groups after it, and a training step's
+    # backward stored other values beside ConvNeXt V2's GELU, 52% more bytes where the values
+    # alone would have added 10% (bf16, b16, 2026-12-01).
+    graph = _without_unread(graph)
+    model = TrafficModel(graph)
+    first = (model, *fuse(graph, model))
+    fused = _fuse_and_recompute(graph, True, first)
+    compared = ""
+    if fused.costly:
+        every = _fuse_and_recompute(graph, False, first)
+        stored, instructions = fused.kernel_bytes(), sum(c.instructions for c in fused.costly.values())
+        recomputing = every.kernel_bytes() + instructions // OPS_PER_BYTE_SAVED
+        compared = (f"stored, the kernels move {format_bytes(stored)}; recomputed, "
+                    f"{format_bytes(every.kernel_bytes())} and {instructions / 1e6:.1f}M instructions more "
+                    f"(as {format_bytes(instructions // OPS_PER_BYTE_SAVED)})")
+        if recomputing < stored:
+            fused = every
+    graph, model, groups = fused.graph, fused.model, fused.groups
+    recomputed, absorbed = fused.recomputed, fused.absorbed
+    costly = tuple((name, c.why) for name, c in fused.costly.items())
     steps: list[Step] = []
     # what kernel_sources looks through: the nodes recomputing removed, as they were, and the rest
     producers = {n.name: n for n in (*recomputed, *absorbed, *graph.nodes)}
@@ -171,7 +238,8 @@ def schedule(graph: ir.IRGraph) -> Schedule:
         sources, unsourced = kernel_sources(nodes, graph.sources, producers)
         steps.append(KernelPlan(nodes, stored, read, written, space, sources, unsourced))
     floor = graph_floor(graph, model.readers)
-    return Schedule(graph, tuple(steps), tuple(decisions), tuple(refusals), floor, recomputed, absorbed)
+    return Schedule(graph, tuple(steps), tuple(fused.decisions), tuple(fused.refusals), floor, recomputed, absorbed,
+                    costly, compared)
 
 
 def _without_unread(graph: ir.IRGraph) -> ir.IRGraph:

@@ -12,11 +12,29 @@ reductions) or whose own expansion is too large. A node is recomputed in its rea
 - its expansion holds at most ``MAX_OPS`` distinct operations and no gather;
 - the leaves it reads in full (views with at least as many distinct elements as the node; a
   per-channel or per-row value is served by the cache) take no more bytes per element than the
-  node itself.
+  node itself;
+- the instructions it adds are worth the bytes it saves: with ``k`` kernels reading it, its
+  ops that depend on the element's own values (``instructions.varying_instructions``) are
+  evaluated ``k - 1`` more times an element, and it saves the node's write and ``k`` reads of
+  it, less the ``k`` reads of its leaves, ``(k + 1) s - k L`` bytes an element (``s`` the node's
+  itemsize, ``L`` its leaves'); at most ``cost_model.OPS_PER_BYTE_SAVED`` instructions a byte,
+  past what a small kernel's worth of bytes (``SMALL_KERNEL_BYTES``) buys (``too_costly``; the
+  schedule's report lists the values it keeps stored so).
 
-The last condition makes recomputing never cost more device memory traffic, however the readers
+The third condition makes recomputing never cost more device memory traffic, however the readers
 end up grouped into kernels: each reader in another kernel reads the leaves instead of the node,
-no more bytes, and the node is never written. The common cases:
+no more bytes, and the node is never written. The fourth keeps a costly value stored where
+evaluating it again would bind the readers' kernels by their instructions: ConvNeXt V2's exact
+GELU, read by GRN's sum of squares and its output pass (``erf``: 39 instructions for 2 bytes
+saved an element in bf16). Storing a value changes what fusion makes of its readers, so the
+scheduler fuses such a graph both ways and keeps the one that moves fewer bytes, counting the
+instructions as bytes (``scheduler.schedule``). ConvNeXt V2 on an H200 (bf16, b64, 2026-12-01):
+inference 5.49 -> 5.01 ms of GPU time a step (its generated kernels 2556 -> 2076 us), the
+training step 18.61 -> 18.13 ms (its forward stores the GELU; its backward, where storing it
+made fusion store more, recomputes it; stored in both, the step took 18.73 ms);
+``benchmarks/studies/costly_recompute_study.py`` times the two kernels alone.
+
+The common cases recomputed:
 
 - an upcast (``x.float()`` of a bf16 ``x``: 2 bytes read where 4 would be stored and read back),
   read by the mean, the variance and the normalization of a batch norm whose statistics are a
@@ -44,34 +62,47 @@ import dataclasses
 from fusebackend import ir
 from fusebackend.sizevars import size_hint
 from fusebackend.inlining import substitute, substitute_gathered
-from fusebackend.scheduler.cost_model import positions_read
+from fusebackend.scheduler.cost_model import OPS_PER_BYTE_SAVED, SMALL_KERNEL_BYTES, positions_read
+from fusebackend.scheduler.instructions import varying_instructions
 
 MAX_OPS = 24  # distinct ops of an expansion cheap enough to evaluate again in every reader
 
 
-def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.IRGraph, tuple[ir.Pointwise, ...],
-                                                                             tuple[ir.Pointwise, ...]]:
-    """The graph with cheap multi-reader pointwise chains recomputed in their readers; the nodes
-    recomputed; and the pointwise nodes that this leaves unread (the chains they absorbed).
+Inlined = tuple[ir.IRGraph, tuple[ir.Pointwise, ...], tuple[ir.Pointwise, ...], dict[str, "Costly"]]
 
-    ``within``: consider only these nodes (the scheduler passes those fusion would store).
+
+def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None,
+                 kernel_of: dict[str, str] | None = None, weigh: bool = True) -> Inlined:
+    """The graph with cheap multi-reader pointwise chains recomputed in their readers; the nodes
+    recomputed; the pointwise nodes that this leaves unread (the chains they absorbed); and the
+    nodes left stored for the instructions recomputing them would add, each with why
+    (``too_costly``, for the schedule's report).
+
+    ``within``: consider only these nodes (the scheduler passes those fusion would store);
+    ``kernel_of``: each node's kernel as fusion grouped them, so that the readers that would
+    evaluate a node again are counted by kernel (codegen computes a value once in a kernel);
+    ``weigh``: false recomputes costly values too (the scheduler compares both ways).
     """
     expansions = _expansions(graph)
     pins = _pins(graph)
-    candidates = _candidates(graph, expansions, pins)
+    refused: dict[str, Costly] = {}
+    kernels = _reader_kernels(graph, kernel_of or {})
+    candidates = _candidates(graph, expansions, pins, kernels, refused, weigh)
     gather_sources = _gather_sources(graph, expansions, pins)
     if within is not None:
         candidates = {name: node for name, node in candidates.items() if name in within}
         gather_sources = {name: node for name, node in gather_sources.items() if name in within}
+        refused = {name: why for name, why in refused.items() if name in within}
         # Then the nodes cheap to compute from what stays stored: a bf16 gradient that stays in
         # memory for another reader, and its fp32 upcast, which a batch-norm backward reads in
         # two kernels, are cheap as the upcast of the stored bf16 (2 bytes an element read
         # instead of 4 written and read back), not as the sum of the three tensors it came from.
         kept = within - candidates.keys()
-        more = _candidates(graph, _expansions(graph, stop=kept), pins)
+        more = _candidates(graph, _expansions(graph, stop=kept), pins, kernels, weigh=weigh)
         candidates.update((name, node) for name, node in more.items() if name in kept)
+    refused = {name: why for name, why in refused.items() if name not in candidates}
     if not candidates and not gather_sources:
-        return graph, (), ()
+        return graph, (), (), refused
     nodes: list[ir.Node] = []
     done: dict[str, None] = {}  # the nodes recomputed somewhere
     for node in graph.nodes:
@@ -88,12 +119,12 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None) -> tuple[ir.
                 done.update(used)
         nodes.append(node)
     if not done:
-        return graph, (), ()
+        return graph, (), (), refused
     unread = _unread(graph, nodes) - _unread(graph, graph.nodes)  # made unread by the substitution
     recomputed = tuple(n for n in graph.nodes if n.name in done)
     absorbed = tuple(n for n in graph.nodes if n.name in unread and n.name not in done)
     kept = [n for n in nodes if n.name not in unread]
-    return dataclasses.replace(graph, nodes=kept), recomputed, absorbed  # type: ignore[return-value]
+    return dataclasses.replace(graph, nodes=kept), recomputed, absorbed, refused  # type: ignore[return-value]
 
 
 def _expansions(graph: ir.IRGraph, stop: set[str] = frozenset()) -> dict[str, ir.Pointwise]:
@@ -160,6 +191,15 @@ def _at_most_ops(expr: ir.Expr, limit: int) -> bool:
 _Pins = tuple[dict[str, int], set[str], set[str]]
 
 
+def _reader_kernels(graph: ir.IRGraph, kernel_of: dict[str, str]) -> dict[str, int]:
+    """How many kernels read each buffer (a node fusion did not group counts as its own)."""
+    kernels: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        for view in node.reads():
+            kernels.setdefault(view.buffer.name, set()).add(kernel_of.get(node.name, node.name))
+    return {name: len(group) for name, group in kernels.items()}
+
+
 def _pins(graph: ir.IRGraph) -> _Pins:
     """Readers per buffer; the buffers that must stay in memory (read by an extern or a
     scatter, or read after a mutation that follows them); and those read through a gather."""
@@ -190,13 +230,23 @@ def _pins(graph: ir.IRGraph) -> _Pins:
     return readers, pinned, gathered
 
 
-def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins) -> dict[str, ir.Pointwise]:
+def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins, kernels: dict[str, int],
+                refused: dict[str, Costly] | None = None, weigh: bool = True) -> dict[str, ir.Pointwise]:
+    """The nodes recomputed in their readers (``kernels``: how many kernels read each buffer);
+    ``refused`` collects those that would be but for the instructions (``too_costly``; not
+    weighed where ``weigh`` is false)."""
     readers, pinned, gathered = pins
     returned = graph.results()
-    return {
-        name: node for name, node in expansions.items()
-        if name not in returned | pinned | gathered and readers.get(name, 0) >= 2 and _cheap(node)
-    }
+    out = {}
+    for name, node in expansions.items():
+        if name in returned | pinned | gathered or readers.get(name, 0) < 2 or not _cheap(node):
+            continue
+        costly = too_costly(node, kernels.get(name, readers[name])) if weigh else None
+        if costly is None:
+            out[name] = node
+        elif refused is not None:
+            refused[name] = dataclasses.replace(costly, why=f"{node.origin}: {costly.why}")
+    return out
 
 
 def _gather_sources(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins) -> dict[str, ir.Pointwise]:
@@ -230,12 +280,42 @@ def _cheap(expanded: ir.Pointwise) -> bool:
     loads = ir.loads(expanded.body)
     if any(isinstance(ld, ir.IndirectLoad) for ld in loads):
         return False
-    # bytes read per element written; a broadcast view (fewer distinct elements) is served by cache
-    per_element = sum(
-        ld.view.dtype.itemsize for ld in {ld.view: ld for ld in loads}.values()
-        if ld.view.distinct_elements() >= size_hint(expanded.buffer.numel)
-    )
-    return per_element <= expanded.buffer.dtype.itemsize
+    return _leaf_bytes(expanded) <= expanded.buffer.dtype.itemsize
+
+
+def _leaf_bytes(expanded: ir.Pointwise) -> int:
+    """Bytes an element of the node its expansion reads from memory; a broadcast view (fewer
+    distinct elements) is served by the cache."""
+    numel = size_hint(expanded.buffer.numel)
+    views = {ld.view for ld in ir.loads(expanded.body) if isinstance(ld, ir.Load)}
+    return sum(view.dtype.itemsize for view in views if view.distinct_elements() >= numel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Costly:
+    """A value kept stored for the instructions recomputing it would add: how many (at the
+    sizes compiled), and why, as the schedule's report says it."""
+
+    instructions: int
+    why: str
+
+
+def too_costly(expanded: ir.Pointwise, readers: int) -> Costly | None:
+    """Why evaluating the expansion in each of the ``readers`` kernels that read it costs more
+    instructions than the bytes recomputing it saves (module docstring); None where it does
+    not."""
+    numel = size_hint(expanded.buffer.numel)
+
+    def leaf(e: ir.Expr) -> bool:
+        return isinstance(e, ir.Load) and e.view.distinct_elements() >= numel
+
+    each = varying_instructions(expanded.body, leaf)
+    saved = (readers + 1) * expanded.buffer.dtype.itemsize - readers * _leaf_bytes(expanded)
+    extra = (readers - 1) * each * numel
+    if extra <= OPS_PER_BYTE_SAVED * (saved * numel + SMALL_KERNEL_BYTES):
+        return None
+    return Costly(extra, f"recomputed, {each} instructions an element in {readers - 1} more kernel(s) to save "
+                         f"{saved} B an element: {(readers - 1) * each / saved:.0f} a byte (most {OPS_PER_BYTE_SAVED})")
 
 
 def _unread(graph: ir.IRGraph, nodes: list[ir.Node]) -> set[str]:
