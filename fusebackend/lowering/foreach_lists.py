@@ -112,7 +112,7 @@ class _Source(str):
         ``addcdiv``'s quotient, added to the parameter before it is rounded, stays correctly
         rounded)."""
         text = str(self)
-        if dtype in (torch.float16, torch.bfloat16) and getattr(self, "op", None) in ("truediv", "sqrt"):
+        if dtype in (torch.float16, torch.bfloat16) and self.op in ("truediv", "sqrt"):
             text = "(" + fast_math.approximate(self.op, list(self.operands)) + ")"
         return render_op("round_to", [text], dtype, [torch.float32])
 

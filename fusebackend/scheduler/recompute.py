@@ -84,10 +84,9 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None,
     ``weigh``: false recomputes costly values too (the scheduler compares both ways).
     """
     expansions = _expansions(graph)
-    pins = _pins(graph)
+    pins = _pins(graph, kernel_of)
     refused: dict[str, Costly] = {}
-    kernels = _reader_kernels(graph, kernel_of or {})
-    candidates = _candidates(graph, expansions, pins, kernels, refused, weigh)
+    candidates = _candidates(graph, expansions, pins, refused, weigh)
     gather_sources = _gather_sources(graph, expansions, pins)
     if within is not None:
         candidates = {name: node for name, node in candidates.items() if name in within}
@@ -98,7 +97,7 @@ def inline_cheap(graph: ir.IRGraph, within: set[str] | None = None,
         # two kernels, are cheap as the upcast of the stored bf16 (2 bytes an element read
         # instead of 4 written and read back), not as the sum of the three tensors it came from.
         kept = within - candidates.keys()
-        more = _candidates(graph, _expansions(graph, stop=kept), pins, kernels, weigh=weigh)
+        more = _candidates(graph, _expansions(graph, stop=kept), pins, weigh=weigh)
         candidates.update((name, node) for name, node in more.items() if name in kept)
     refused = {name: why for name, why in refused.items() if name not in candidates}
     if not candidates and not gather_sources:
@@ -188,22 +187,17 @@ def _at_most_ops(expr: ir.Expr, limit: int) -> bool:
     return True
 
 
-_Pins = tuple[dict[str, int], set[str], set[str]]
+_Pins = tuple[dict[str, int], set[str], set[str], dict[str, int]]
 
 
-def _reader_kernels(graph: ir.IRGraph, kernel_of: dict[str, str]) -> dict[str, int]:
-    """How many kernels read each buffer (a node fusion did not group counts as its own)."""
-    kernels: dict[str, set[str]] = {}
-    for node in graph.nodes:
-        for view in node.reads():
-            kernels.setdefault(view.buffer.name, set()).add(kernel_of.get(node.name, node.name))
-    return {name: len(group) for name, group in kernels.items()}
-
-
-def _pins(graph: ir.IRGraph) -> _Pins:
+def _pins(graph: ir.IRGraph, kernel_of: dict[str, str] | None = None) -> _Pins:
     """Readers per buffer; the buffers that must stay in memory (read by an extern or a
-    scatter, or read after a mutation that follows them); and those read through a gather."""
+    scatter, or read after a mutation that follows them); those read through a gather; and the
+    kernels that read each buffer (``kernel_of``: each node's group; a node in none counts as a
+    kernel of its own)."""
+    kernel_of = kernel_of or {}
     readers: dict[str, int] = {}
+    kernels: dict[str, set[str]] = {}
     pinned: set[str] = set()  # read by an extern or a scatter: must be in memory
     gathered: set[str] = set()  # read through a gather (recomputed there only by substitute_gathered)
     computed: set[str] = set()  # pointwise nodes so far
@@ -211,6 +205,7 @@ def _pins(graph: ir.IRGraph) -> _Pins:
     for node in graph.nodes:
         for view in node.reads():
             readers[view.buffer.name] = readers.get(view.buffer.name, 0) + 1
+            kernels.setdefault(view.buffer.name, set()).add(kernel_of.get(node.name, node.name))
             if view.buffer.name in before_mutation:
                 pinned.add(view.buffer.name)  # recomputed after the mutation, it could differ
         if isinstance(node, ir.Pointwise):
@@ -227,21 +222,21 @@ def _pins(graph: ir.IRGraph) -> _Pins:
         if isinstance(node, ir.Scatter):
             # its target is the memory it writes into; and its expressions take no substitution
             pinned |= {v.buffer.name for v in node.reads()}
-    return readers, pinned, gathered
+    return readers, pinned, gathered, {name: len(group) for name, group in kernels.items()}
 
 
-def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins, kernels: dict[str, int],
+def _candidates(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins: _Pins,
                 refused: dict[str, Costly] | None = None, weigh: bool = True) -> dict[str, ir.Pointwise]:
-    """The nodes recomputed in their readers (``kernels``: how many kernels read each buffer);
-    ``refused`` collects those that would be but for the instructions (``too_costly``; not
-    weighed where ``weigh`` is false)."""
-    readers, pinned, gathered = pins
+    """The nodes recomputed in their readers; ``refused`` collects those that would be but for
+    the instructions (``too_costly``, over the kernels that read them; not weighed where
+    ``weigh`` is false)."""
+    readers, pinned, gathered, kernels = pins
     returned = graph.results()
     out = {}
     for name, node in expansions.items():
         if name in returned | pinned | gathered or readers.get(name, 0) < 2 or not _cheap(node):
             continue
-        costly = too_costly(node, kernels.get(name, readers[name])) if weigh else None
+        costly = too_costly(node, kernels[name]) if weigh else None
         if costly is None:
             out[name] = node
         elif refused is not None:
@@ -254,7 +249,7 @@ def _gather_sources(graph: ir.IRGraph, expansions: dict[str, ir.Pointwise], pins
     the positions they read (``inlining.substitute_gathered``) instead of reading them from
     memory: any number of readers (a gather never fuses with its source, so the source is
     stored whatever its readers), not returned, and not pinned for another reason."""
-    _, pinned, gathered = pins
+    _, pinned, gathered, _ = pins
     returned = graph.results()
     return {name: node for name, node in expansions.items()
             if name in gathered and name not in returned | pinned}
