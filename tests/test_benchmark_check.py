@@ -186,6 +186,15 @@ def test_the_costly_recompute_study_checks_each_variant_and_stores_the_gelu_once
     assert all(line.count("(erf)") == 1 for line in runs["stored"]), out
 
 
+@pytest.mark.full  # a study's, about 11 s on 2 cores: pytest --full
+def test_the_depthwise_tiles_study_checks_each_variant() -> None:
+    # benchmarks/studies/depthwise_tiles_study.py: a depthwise convolution with its batch norm
+    # and activation under each variant's blocks, against the module in float32, all ours
+    _, out = _study_check("depthwise_tiles_study")
+    rows = [line for line in out.splitlines() if line.startswith("b2 ")]
+    assert len(rows) == 3 and all(line.count("ok, error") == 6 for line in rows), out
+
+
 @pytest.mark.full  # a study's, 25-30 s on 2 cores: pytest --full
 def test_the_cross_entropy_study_checks_each_variant_and_folds_the_one_hot() -> None:
     # benchmarks/studies/cross_entropy_study.py: the loss and its gradient under every variant

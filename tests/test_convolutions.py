@@ -200,6 +200,40 @@ def test_a_window_does_not_recompute_a_costly_producer_at_each_position() -> Non
     assert fallbacks() == {"convolution": 2}  # the expansion and the projection: cuDNN's
 
 
+class GhostThenWindow(nn.Module):
+    """timm's GhostNet bottleneck: a ghost module (a 1x1 convolution, then a 3x3 depthwise one
+    over its output, the two concatenated), then a 5x5 depthwise convolution of stride 2."""
+
+    def __init__(self, c: int = 8, half: int = 8) -> None:
+        super().__init__()
+        self.primary, self.bn1 = nn.Conv2d(c, half, 1, bias=False), nn.BatchNorm2d(half)
+        self.cheap, self.bn2 = nn.Conv2d(half, half, 3, padding=1, groups=half, bias=False), nn.BatchNorm2d(half)
+        self.dw, self.bn3 = nn.Conv2d(2 * half, 2 * half, 5, 2, 2, groups=2 * half, bias=False), nn.BatchNorm2d(2 * half)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = F.relu(self.bn1(self.primary(x)))
+        x2 = F.relu(self.bn2(self.cheap(x1)))
+        return self.bn3(self.dw(torch.cat([x1, x2], 1)))
+
+
+def test_a_window_does_not_recompute_a_window_at_each_position() -> None:
+    """The 5x5 convolution reads the concatenation, whose second half is the 3x3 convolution:
+    fused, each of its 25 positions would evaluate the 3x3 one's 9 (``NESTED_WINDOW``). The
+    concatenation is stored by the 3x3 convolution's kernel, and the 5x5 one's reads it."""
+    torch.manual_seed(0)
+    block = GhostThenWindow().eval()
+    x = torch.randn(2, 8, 16, 16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad(), fusebackend.config.patch(conv_layout="channels_last"):
+        check(block, x)
+    report = fusebackend.last_compiled().schedule
+    assert "recomputed at each position, the windows' taps would multiply" in report
+    assert fallbacks() == {"convolution": 1}  # the 1x1 convolution: cuDNN's
+    assert kernel_count() == 2
+    # the 5x5 kernel gathers each position from the two stored halves (2 x 25 loads), reads 25
+    # weights and the norm's 4 per-channel values; fused, it loaded the first half at 9 x 25
+    assert max(src.count("tl.load") for src in kernels().values()) == 2 * 25 + 25 + 4
+
+
 def test_a_relu_before_a_pool_still_fuses() -> None:
     torch.manual_seed(0)
     check_lowered(lambda x: F.max_pool2d(torch.relu(x * 2), 3, 2, 1), torch.randn(2, 4, 9, 9))

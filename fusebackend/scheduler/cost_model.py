@@ -286,6 +286,16 @@ OPS_PER_BYTE_SAVED = 8
 # a batch norm's gradient statistics, as measured there (ResNet-50's training step).
 MAX_WINDOW_IN_REDUCTION = 8
 
+# From this many positions a producer's own read is a window (a depthwise convolution's taps, a
+# pool's), and a window that reads it at several positions does not recompute it: each of the
+# outer window's positions would evaluate the inner window's, the taps multiplied (25 x 9 loads
+# an element for a 5x5 convolution over a 3x3 one). timm's GhostNet-1.0 (b64, bf16, H200,
+# 2026-12-02): a 5x5 depthwise convolution of stride 2 over a ghost module's concatenation,
+# whose second half is the module's 3x3 depthwise convolution, evaluated that convolution at
+# each of its 25 positions: 2634 us, 61% of the step's GPU time. The concatenation read the
+# inner convolution through a gather, which the instruction count took for a load of memory.
+NESTED_WINDOW = 4
+
 
 def positions_read(node: ir.Node) -> dict[str, int]:
     """For each buffer ``node`` loads directly (not through a gather): at how many distinct
@@ -320,6 +330,10 @@ def window_recompute(nodes: Iterable[ir.Node],
         for name, count in positions(node).items():
             if count < 2 or name not in pointwise:
                 continue
+            inner = _inner_window(pointwise[name], pointwise, positions)
+            if inner is not None:
+                return (f"{node.name} reads {name} at {count} positions, and {name} is computed from {inner}: "
+                        "recomputed at each position, the windows' taps would multiply")
             producer = pointwise[name].buffer
             ops = _varying_instructions(pointwise[name], pointwise)
             extra = (count * evaluations - size_hint(producer.numel)) * ops
@@ -327,6 +341,25 @@ def window_recompute(nodes: Iterable[ir.Node],
             if extra > OPS_PER_BYTE_SAVED * saved:
                 return (f"{node.name} reads {name} at {count} positions: {ops} instructions an element "
                         f"recomputed, {extra / max(saved, 1):.0f} per byte saved (most {OPS_PER_BYTE_SAVED})")
+    return None
+
+
+def _inner_window(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise],
+                  positions: Callable[[ir.Node], dict[str, int]]) -> str | None:
+    """Where ``producer``, or an in-kernel producer it is computed from (read directly or
+    through a gather), reads a tensor at ``NESTED_WINDOW`` positions or more: which node reads
+    how many; else None."""
+    todo, seen = [producer], {producer.name}
+    while todo:
+        node = todo.pop()
+        widest = max(positions(node).values(), default=0)
+        if widest >= NESTED_WINDOW:
+            return f"{node.name}, a window of {widest} positions"
+        for ld in ir.node_loads(node):
+            inner = pointwise.get(ld.view.buffer.name)
+            if inner is not None and inner.name not in seen:
+                seen.add(inner.name)
+                todo.append(inner)
     return None
 
 
@@ -339,11 +372,12 @@ def _varying_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Poi
     size = size_hint(producer.buffer.numel)
 
     def leaf(e: ir.Expr) -> bool | ir.Expr:
-        if isinstance(e, ir.Load):
+        if isinstance(e, (ir.Load, ir.IndirectLoad)):
             inner = pointwise.get(e.view.buffer.name)
             if inner is not None:
-                return inner.body if size_hint(inner.buffer.numel) >= size else False
-            return e.view.distinct_elements() >= size
-        return isinstance(e, ir.IndirectLoad)
+                # a gather of an in-kernel producer (a concatenation's part) evaluates it there
+                return inner.body if isinstance(e, ir.IndirectLoad) or size_hint(inner.buffer.numel) >= size else False
+            return isinstance(e, ir.IndirectLoad) or e.view.distinct_elements() >= size
+        return False
 
     return varying_instructions(producer.body, leaf)
