@@ -8,6 +8,8 @@
   tokens, trained with binary cross-entropy over the unpadded positions.
 - DeBERTa-v2: disentangled attention (content-to-position and position-to-content scores gathered
   from relative position embeddings in log buckets), no absolute positions.
+- ConvBERT: half of each layer's heads are span-based dynamic convolutions: a kernel for each
+  position, computed from the tokens, applied over the unfolded windows of a projection.
 
 Masked-LM models are built with ``text.masked_lm`` (a padded batch, about 15% of the positions
 labelled). Tiny: 2 layers of 32, vocabulary 128, batch 2 x 16 tokens. Real: the base size of each
@@ -108,3 +110,18 @@ def electra(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     types[:, seq // 2:] = 1
     inputs = {"input_ids": ids, "attention_mask": mask.to(device), "token_type_ids": types.to(device)}
     return Built(model, inputs, {**inputs, "labels": replaced.to(device)}, model_loss, f"b{batch} s{seq}")
+
+
+def convbert(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
+    """ConvBERT: half of each layer's heads are span-based dynamic convolutions (a kernel per
+    position, computed from the tokens, applied over unfolded windows)."""
+    from transformers import ConvBertConfig, ConvBertForMaskedLM
+
+    if size == "tiny":
+        config = ConvBertConfig(vocab_size=TINY_VOCAB, hidden_size=32, embedding_size=32, num_hidden_layers=2,
+                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                conv_kernel_size=5)
+    else:  # ConvBERT-base: 12 layers, 768 wide, dynamic convolutions of 9
+        config = ConvBertConfig(vocab_size=30522, hidden_size=768, embedding_size=768, num_hidden_layers=12,
+                                num_attention_heads=12, intermediate_size=3072, conv_kernel_size=9)
+    return masked_lm(ConvBertForMaskedLM, config, config.vocab_size, *_shape(size), device, dtype, True)

@@ -47,6 +47,9 @@ _MODELS = [
     ZooModel("electra", "transformers",
              "ELECTRA discriminator (ElectraForPreTraining): per-token replaced-token detection, binary "
              "cross-entropy; real: ELECTRA-base, 110M, b16 s512", encoders.electra),
+    ZooModel("convbert", "transformers",
+             "ConvBERT (ConvBertForMaskedLM): half the heads span-based dynamic convolutions over unfolded windows; "
+             "real: ConvBERT-base, 106M, b16 s512", encoders.convbert),
     ZooModel("deberta_v2", "transformers",
              "DeBERTa-v2 (DebertaV2ForMaskedLM): disentangled attention over log-bucketed relative positions; "
              "real: DeBERTa-v3-base, 184M, b16 s512", encoders.deberta_v2),
@@ -180,6 +183,10 @@ _MODELS = [
     ZooModel("tv_deeplabv3_resnet50", "torchvision",
              "torchvision DeepLabV3-ResNet50: segmentation, dilated backbone, atrous pyramid pooling, 39.6M, "
              "b8 512, 21 classes", tv.deeplabv3_resnet50),
+    ZooModel("tv_shufflenet_v2_x1_0", "torchvision", "torchvision ShuffleNetV2 1.0: channel split and shuffle, 2.3M, "
+             "b64 224", tv.shufflenet_v2_x1_0),
+    ZooModel("tv_r3d_18", "torchvision", "torchvision R3D-18: 3-d convolutions over video clips, 33M, "
+             "b8 3x16x112x112", tv.r3d_18),
     ZooModel("timm_vit_base_patch16_224", "timm", "timm ViT-B/16, b64 224", timm_models.vit_base_patch16_224),
     ZooModel("timm_efficientnet_b0", "timm", "timm EfficientNet-B0, b64 224", timm_models.efficientnet_b0),
     ZooModel("timm_convnext_tiny", "timm", "timm ConvNeXt-T, b64 224", timm_models.convnext_tiny),
@@ -198,6 +205,14 @@ _MODELS = [
              timm_models.efficientvit_b0),
     ZooModel("timm_convmixer_768_32", "timm", "timm ConvMixer-768/32: depthwise and pointwise convolutions, 21M, "
              "b64 224", timm_models.convmixer_768_32),
+    ZooModel("timm_ghostnet_100", "timm", "timm GhostNet-1.0: ghost modules (half the channels a depthwise "
+             "convolution of the other half), SE, 5.2M, b64 224", timm_models.ghostnet_100),
+    ZooModel("timm_xcit_tiny_12_p16_224", "timm", "timm XCiT-T12/16: cross-covariance attention, local patch "
+             "interaction, 6.7M, b64 224", timm_models.xcit_tiny_12_p16_224),
+    ZooModel("timm_volo_d1_224", "timm", "timm VOLO-D1: outlook attention (unfold/fold), class attention, 27M, "
+             "b64 224", timm_models.volo_d1_224),
+    ZooModel("timm_maxvit_tiny_tf_224", "timm", "timm MaxViT-T: MBConv, block and grid attention, 31M, b64 224",
+             timm_models.maxvit_tiny_tf_224),
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _MODELS}

@@ -34,11 +34,19 @@ TINY_ARGS: dict[str, dict[str, Any]] = {
                          "stem_width": (8, 16)},
     # EfficientViT-B0 is 3.4M parameters already; it downsamples 32 times, so 64x64 leaves a 2x2 map
     "efficientvit_b0": {},
+    # XCiT: cross-covariance attention (over channels), local patch interaction (depthwise 3x3
+    # convolutions between batch norms), class attention; its patch embedding takes 16 or 8
+    "xcit_tiny_12_p16_224": {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2,
+                             "cls_attn_layers": 1},
+    # MaxViT (keywords over its config; transformer_* its attention's): MBConv, then attention in
+    # blocks and in a grid, windows of img_size / 32 = 2
+    "maxvit_tiny_tf_224": {"img_size": 64, "embed_dim": (16, 32, 64, 128), "depths": (1, 1, 1, 1),
+                           "stem_width": (8, 16), "head_hidden_size": 128, "transformer_dim_head": 8},
 }
-TINY_SIDE = {"efficientvit_b0": 64}
+TINY_SIDE = {"efficientvit_b0": 64, "maxvit_tiny_tf_224": 64}
 
 # models whose class takes no drop_path_rate (create_model passes its keywords on to the class)
-NO_DROP_PATH = {"efficientvit_b0", "convmixer_768_32"}
+NO_DROP_PATH = {"efficientvit_b0", "convmixer_768_32", "ghostnet_100"}
 
 
 def _mixer(classes: int) -> nn.Module:
@@ -79,6 +87,22 @@ def _convmixer(classes: int) -> nn.Module:
     return ConvMixer(dim=32, depth=2, kernel_size=7, patch_size=4, num_classes=classes, act_layer=nn.ReLU)
 
 
+def _ghostnet(classes: int) -> nn.Module:
+    from timm.models.ghostnet import _create_ghostnet
+
+    # ghostnet_100's stages (its function passes width=1.0 itself) at a quarter of the width
+    return _create_ghostnet("ghostnet_100", width=0.25, num_classes=classes, drop_rate=0.0)
+
+
+def _volo(classes: int) -> nn.Module:
+    from timm.models.volo import VOLO
+
+    # volo_d1_224's settings (outlook attention in the first stage, two class-attention layers, the
+    # token head) at one block per stage, 32x32, patches of 8
+    return VOLO(layers=[1, 1, 1, 1], img_size=32, patch_size=8, stem_hidden_dim=16, embed_dims=[16, 32, 32, 32],
+                num_heads=[1, 2, 2, 2], num_classes=classes)
+
+
 # name -> the tiny model's constructor, given the number of classes
 TINY_MAKERS: dict[str, Callable[[int], nn.Module]] = {
     "mixer_b16_224": _mixer,
@@ -86,6 +110,8 @@ TINY_MAKERS: dict[str, Callable[[int], nn.Module]] = {
     "poolformer_s12": _poolformer,
     "nf_resnet50": _nf_resnet,
     "convmixer_768_32": _convmixer,
+    "ghostnet_100": _ghostnet,
+    "volo_d1_224": _volo,
 }
 
 
@@ -133,3 +159,12 @@ efficientvit_b0 = _named("efficientvit_b0", "timm EfficientViT-B0 (MIT): MBConv 
                          "multi-scale tokens from depthwise convolutions.")
 convmixer_768_32 = _named("convmixer_768_32", "timm ConvMixer-768/32: patch embedding, then depthwise and "
                           "pointwise convolutions with batch norm.")
+ghostnet_100 = _named("ghostnet_100", "timm GhostNet-1.0: ghost modules (a 1x1 convolution, then a 3x3 depthwise "
+                      "one over its output, the two concatenated), depthwise convolutions between them, "
+                      "squeeze-and-excitation.")
+xcit_tiny_12_p16_224 = _named("xcit_tiny_12_p16_224", "timm XCiT-T12/16: cross-covariance attention, local patch "
+                              "interaction, class attention.")
+volo_d1_224 = _named("volo_d1_224", "timm VOLO-D1: outlook attention (attention weights per window, applied over "
+                     "unfolded windows and folded back), then transformer and class-attention stages.")
+maxvit_tiny_tf_224 = _named("maxvit_tiny_tf_224", "timm MaxViT-T: MBConv, then attention within blocks and across "
+                            "a grid, with relative position bias.")

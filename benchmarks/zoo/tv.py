@@ -1,12 +1,12 @@
-"""Image classifiers and a segmentation model from torchvision (imported only when built:
-torchvision is not installed on every machine, and never by this project).
+"""Image classifiers, a segmentation model and a video model from torchvision (imported only when
+built: torchvision is not installed on every machine, and never by this project).
 
 Called as ``model(x=images)``; the loss is cross-entropy against random labels (per pixel for
 DeepLabV3). Tiny: the same classes at 32x32, batch 2, 10 classes, one or two blocks per stage.
 Real: the library's standard constructors (``weights=None``, and ``weights_backbone=None`` for
 DeepLabV3: random weights, nothing downloaded) at batch 64, 224x224 (DeepLabV3: batch 8, 512x512,
-21 classes as in Pascal VOC). Stochastic depth is set to 0 after construction
-(``common.zero_dropout_modules``).
+21 classes as in Pascal VOC; R3D-18: batch 8 clips of 16 frames at 112x112). Stochastic depth is
+set to 0 after construction (``common.zero_dropout_modules``).
 """
 
 from __future__ import annotations
@@ -178,3 +178,36 @@ def deeplabv3_resnet50(size: Size, device: torch.device, dtype: torch.dtype) -> 
         return F.cross_entropy(logits.float(), target[: logits.shape[0]])
 
     return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")
+
+
+@_builder
+def shufflenet_v2_x1_0(size: Size, classes: int) -> Any:
+    """torchvision ShuffleNetV2 1.0: each unit splits its channels, convolves one half, and
+    shuffles the two back together (tiny: one unit per stage, narrow)."""
+    from torchvision.models import shufflenetv2
+
+    if size == "tiny":
+        return shufflenetv2.ShuffleNetV2([1, 1, 1], [8, 16, 32, 64, 128], num_classes=classes)
+    return shufflenetv2.shufflenet_v2_x1_0(weights=None, num_classes=classes)
+
+
+def r3d_18(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
+    """torchvision R3D-18: 3-d convolutions over video clips (real: b8 3x16x112x112, Kinetics-400's
+    400 classes; tiny: one block per stage over 2 clips of 3x4x32x32, 10 classes)."""
+    from torchvision.models.video import resnet as video
+
+    if size == "tiny":
+        batch, clip, classes = 2, (3, 4, 32, 32), 10
+        make = lambda: video.VideoResNet(video.BasicBlock, [video.Conv3DSimple] * 4, [1, 1, 1, 1],  # noqa: E731
+                                         video.BasicStem, num_classes=classes)
+    else:
+        batch, clip, classes = 8, (3, 16, 112, 112), 400
+        make = lambda: video.r3d_18(weights=None, num_classes=classes)  # noqa: E731
+    model = instantiate(make, device, dtype)
+    clips = floats((batch, *clip), device, dtype)
+    target = labels(batch, classes, device)
+
+    def loss(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), target[: logits.shape[0]])
+
+    return Built(model, {"x": clips}, {"x": clips}, loss, f"b{batch} {'x'.join(map(str, clip))}")
