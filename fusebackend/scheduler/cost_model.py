@@ -368,7 +368,9 @@ def _varying_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Poi
     producers, that depend on a value of its own size: those a window computes again at each
     position (``instructions.OP_INSTRUCTIONS``). A value read from a smaller tensor (a
     per-channel one, or an in-kernel node of fewer elements) is the same at every position,
-    and is computed once."""
+    and is computed once. A gather varies, and a gather of an in-kernel producer (a
+    concatenation of two computed halves) evaluates that producer at its positions: its ops
+    count."""
     size = size_hint(producer.buffer.numel)
 
     def leaf(e: ir.Expr) -> bool | ir.Expr:
