@@ -35,7 +35,8 @@ Time on 2 cores, cold kernel cache: the default set about 2 minutes (2026-11-27:
 inference, 36 s of training steps, the runner's 21 s); before ``LEFT_OUT`` and ``TRAIN_SAMPLE``
 it took 6.7 minutes (257 s of training steps, MobileNetV2's 87 s in both modes the slowest).
 ``--zoo=all`` took 13.6 minutes for the file (2026-11-26; the 50 other models 10 minutes, the
-slowest MobileViT, LeViT and LongT5 at about a minute each).
+slowest MobileViT, LeViT and LongT5 at about a minute each), 16.0 minutes with ``--zoo-train=all``
+over 80 models on 2026-12-02.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ pytest.importorskip("transformers", reason="the zoo needs transformers: pip inst
 import fusebackend  # noqa: E402
 from benchmarks.zoo import TRAIN_SET, ZOO  # noqa: E402
 from benchmarks.zoo.compare import (  # noqa: E402
-    buffer_distances, cast_inputs, gradient_distances, output_error, output_names, output_tensors, relative_error,
-    training_step,
+    buffer_distances, cast_inputs, float64_copy, gradient_distances, output_error, output_names, output_tensors,
+    relative_error, training_step,
 )
 from benchmarks.zoo.spec import narrow  # noqa: E402
 
@@ -137,7 +138,7 @@ def test_zoo_inference_matches_eager(name: str, request: pytest.FixtureRequest) 
     _available(name, request)
     built = ZOO[name].build("tiny")
     model = built.model.eval()
-    exact = copy.deepcopy(model).double()
+    exact = float64_copy(model)
     compiled = torch.compile(model, backend="fuse")
     with torch.no_grad():
         expected = model(**built.inputs)
@@ -187,7 +188,7 @@ def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) 
     built = ZOO[name].build("tiny")
     model = built.model.train()
     eager = copy.deepcopy(model)
-    exact = copy.deepcopy(model).double()
+    exact = float64_copy(model)
     compiled = torch.compile(model, backend="fuse")
     result = training_step(model, compiled, built)
     reference = training_step(eager, eager, built)

@@ -9,6 +9,7 @@ Used by ``tests/test_zoo.py`` (CPU, tiny sizes) and ``benchmarks/zoo/run.py`` (G
   logits) are not judged by their own tiny size.
 - ``training_step(model, built)``: the loss and every parameter gradient of one forward and
   backward pass.
+- ``float64_copy(model)``: the copy of a model whose results judge the others' (below).
 - ``gradient_checks(...)``: per parameter, the distance of the compiled gradient and of eager's
   from a float64 copy's, and whether the compiled one is within twice eager's distance plus a small
   absolute term relative to the largest gradient of the model.
@@ -16,6 +17,7 @@ Used by ``tests/test_zoo.py`` (CPU, tiny sizes) and ``benchmarks/zoo/run.py`` (G
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Mapping
 
@@ -79,6 +81,18 @@ def output_error(actual: Any, expected: Any) -> float:
         if a.shape != e.shape or a.dtype != e.dtype:
             raise AssertionError(f"output {i}: {a.dtype}{list(a.shape)}, eager {e.dtype}{list(e.shape)}")
     return max((relative_error(a, e) for a, e in zip(got, want)), default=0.0)
+
+
+def float64_copy(model: nn.Module) -> nn.Module:
+    """A float64 copy of ``model``, the same function on transformers' loop over experts where the
+    model mixes experts: its default, grouped products (``torch._grouped_mm``), takes no float64
+    (Mixtral). The model itself keeps its default."""
+    exact = copy.deepcopy(model).double()
+    for module in exact.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_experts_implementation"):
+            config._experts_implementation = "eager"
+    return exact
 
 
 def cast_inputs(inputs: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:

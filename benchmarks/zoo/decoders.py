@@ -11,6 +11,8 @@ GPT-NeoX: each brings a piece of the decoder family the others lack.
   LayerNorm after the embedding. Falcon: one key/value head shared by 71 query heads, parallel
   attention and MLP. GPT-J: rotary on the first 64 dims of each head, interleaved pairs.
   GPTBigCode (StarCoder): multi-query attention with the key/value projection fused to the query's.
+- Mixtral: a mixture of experts, each token routed to its top 2 of the layer's experts (routing
+  by top-k, sort and histogram; the experts' products grouped).
 - Mamba: a selective state-space model, no attention; run here on its pure PyTorch path, a loop
   over the positions (no CUDA kernels, no associative scan): ``use_associative_scan=False``.
 
@@ -190,6 +192,23 @@ def gpt_bigcode(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     config = GPTBigCodeConfig(vocab_size=49152, n_positions=8192, n_embd=2048, n_inner=8192, n_layer=24, n_head=16,
                               multi_query=True, bos_token_id=0, eos_token_id=0)
     return _real(GPTBigCodeForCausalLM, config, 4, device, dtype)
+
+
+def mixtral(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    if size == "tiny":
+        config = MixtralConfig(vocab_size=TINY_VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                               num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0, **TINY_IDS)
+        return _tiny(MixtralForCausalLM, config, device, dtype)
+    # Mixtral 8x7B's layout (8 experts, the top 2 a token, grouped-query attention) at a quarter of
+    # its width and half its depth: 16 layers, 1024 wide, experts of 3584, 16 query heads over 8
+    # key/value heads: 1.5B
+    config = MixtralConfig(vocab_size=32000, hidden_size=1024, intermediate_size=3584, num_hidden_layers=16,
+                           num_attention_heads=16, num_key_value_heads=8, max_position_embeddings=32768,
+                           num_local_experts=8, num_experts_per_tok=2, router_jitter_noise=0.0)
+    return _real(MixtralForCausalLM, config, 4, device, dtype)
 
 
 def mamba(size: Size, device: torch.device, dtype: torch.dtype) -> Built:

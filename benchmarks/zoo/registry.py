@@ -85,6 +85,9 @@ _MODELS = [
     ZooModel("gpt_bigcode", "transformers",
              "GPTBigCode (GPTBigCodeForCausalLM): multi-query attention, fused q/kv projection; "
              "real: StarCoderBase-1B, b4 s512", decoders.gpt_bigcode),
+    ZooModel("mixtral", "transformers",
+             "Mixtral (MixtralForCausalLM): 8 experts, the top 2 a token, grouped-query attention; real: Mixtral's "
+             "layout at 16 layers of 1024, 1.5B, b4 s512", decoders.mixtral),
     ZooModel("mamba", "transformers",
              "Mamba (MambaForCausalLM): selective state-space model on its pure PyTorch path (a loop over "
              "positions); real: Mamba-130M, b8 s256", decoders.mamba),
