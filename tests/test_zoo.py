@@ -399,3 +399,19 @@ def test_relative_error_a_chunk_at_a_time(monkeypatch: pytest.MonkeyPatch) -> No
     assert whole == pytest.approx((actual - expected.float()).abs().max().item() / 40.0, rel=1e-6)
     actual[5, 0] = float("nan")
     assert compare.relative_error(actual.t(), expected.t()) == float("inf")
+
+
+def test_the_float64_copy_of_a_mixture_of_experts_runs_its_experts_as_a_loop() -> None:
+    # transformers' grouped products over experts (torch._grouped_mm) take no float64: the copy
+    # that judges the others runs the loop over experts, the same function; the model keeps its
+    # default, which the compiled run takes
+    built = ZOO["mixtral"].build("tiny")
+    model = built.model.eval()
+    exact = float64_copy(model)
+    with torch.no_grad():
+        out = exact(**cast_inputs(built.inputs, torch.float64))
+        want = model(**built.inputs)
+    assert out.logits.dtype == torch.float64
+    assert relative_error(want.logits, out.logits) < 1e-4
+    assert model.config._experts_implementation != "eager"
+    assert exact.config._experts_implementation == "eager"
