@@ -4,6 +4,7 @@ import itertools
 
 import pytest
 import sympy
+import torch
 
 from fusebackend import indexing
 from fusebackend.indexing import FloorDiv, ModIdx, pexpr, simplify, var
@@ -146,3 +147,54 @@ def test_a_printed_symbolic_index_evaluates_like_the_expression(s0: int, s1: int
     for value in range(0, 8 * s0 * s1 * 2, 7):
         expected = (value // (8 * s1)) % s0 + 3 * (value // (s0 * s1))
         assert eval(text, {"X": value, "s0": s0, "s1": s1}) == expected
+
+
+# -- operands below zero: the rules are floor division's, a GPU's // and % truncate -----------
+
+
+def test_a_constant_keeps_its_floor_remainder_inside_a_division() -> None:
+    # a slice's backward over a reshape shifts an index down: (i - 1023) % 16 is (i + 1) % 16,
+    # whose operand is never negative, so truncating and floor division agree on it
+    assert ModIdx(x - 1023, 16) == ModIdx(x + 1, 16)
+    assert FloorDiv(x - 1023, 16) == FloorDiv(x + 1, 16) - 64
+    assert ModIdx(x - 1, 16) == ModIdx(x + 15, 16) and FloorDiv(x - 1, 16) == FloorDiv(x + 15, 16) - 1
+    for value in range(0, 40):
+        assert int(ModIdx(x - 1023, 16).xreplace({x: value})) == (value - 1023) % 16
+        assert int(FloorDiv(x - 1, 16).xreplace({x: value})) == (value - 1) // 16
+
+
+def test_an_operand_within_one_period_divides_to_a_constant() -> None:
+    ranges = {x: 16}
+    assert simplify(FloorDiv(x + 32, 16), ranges) == 2 and simplify(ModIdx(x + 32, 16), ranges) == x
+    assert simplify(FloorDiv(-x - 1, 16), ranges) == -1
+    assert simplify(ModIdx(-x - 1, 16), ranges) == 15 - x
+
+
+FLOOR_KERNEL = '''
+import triton
+import triton.language as tl
+from fusebackend.kernels import triton_helpers as th
+
+
+@triton.jit
+def floor_index(out_ptr, n, XBLOCK: tl.constexpr):
+    xindex = tl.arange(0, XBLOCK)
+    tl.store(out_ptr + xindex, {text}, xindex < n)
+'''
+
+
+def test_a_division_of_a_possibly_negative_operand_rounds_down_in_the_kernel() -> None:
+    from fusebackend.kernels import runtime
+
+    ranges = {x: 40}
+    expr = 100 * FloorDiv(5 - x, 4) + ModIdx(7 - 3 * x, 16)  # 5 - x < 0 from x = 6
+    marked = indexing.floored(expr, ranges)
+    assert marked.atoms(indexing.SignedFloorDiv) and marked.atoms(indexing.SignedModIdx)
+    assert not marked.atoms(FloorDiv, ModIdx)
+    text = pexpr(marked)
+    assert "th.floordiv(" in text and "th.floormod(" in text
+    # a non-negative operand keeps Python's operators: its text is unchanged
+    assert indexing.floored(FloorDiv(x + 3, 4), ranges) == FloorDiv(x + 3, 4)
+    out = torch.empty(40, dtype=torch.int64)
+    runtime.load_kernel("floor_index", FLOOR_KERNEL.format(text=text))[(1,)](out, 40, XBLOCK=64)
+    assert out.tolist() == [100 * ((5 - v) // 4) + (7 - 3 * v) % 16 for v in range(40)]

@@ -228,3 +228,33 @@ def test_as_strided_scatter_of_an_overlapping_window_stays_aten() -> None:
 def test_scatter_then_reduce_is_one_kernel() -> None:
     x, src = make((6, 8)), make((6, 3))
     lowered(lambda x, s: torch.slice_scatter(x, s.exp(), 1, 2, 5).sum(-1), x, src)
+
+
+def _rotate_pairs(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+
+
+def _rotary_after_the_first_token(x, w, qb, vb, rope):
+    # EVA-02's attention (timm): q and k from one projection, rotary on every token but the first
+    b, n, c = x.shape
+    qkv = F.linear(x, w, torch.cat((qb, torch.zeros_like(qb), vb)))
+    q, k, v = qkv.reshape(b, n, 3, 2, -1).permute(2, 0, 3, 1, 4).unbind(0)
+    sin, cos = rope.chunk(2, -1)
+    q = torch.cat([q[:, :, :1], q[:, :, 1:] * cos + _rotate_pairs(q[:, :, 1:]) * sin], dim=2)
+    k = torch.cat([k[:, :, :1], k[:, :, 1:] * cos + _rotate_pairs(k[:, :, 1:]) * sin], dim=2)
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_a_slice_backward_that_shifts_an_index_below_zero() -> None:
+    # The backward of q[:, :, 1:] over the projection's reshape indexed (i - 1023) % 16 and
+    # (i - 1023) // 16: right for floor division, which the index rules assume, and NaN gradients
+    # where a kernel's % and // truncated. The constant's floor remainder now stays inside.
+    args = [torch.randn(2, 17, 32), torch.randn(96, 32), torch.randn(32), torch.randn(32), torch.randn(16, 32)]
+    for a in args[:4]:
+        a.requires_grad_(True)
+    grad = torch.randn(2, 2, 17, 16)
+    want = torch.autograd.grad(_rotary_after_the_first_token(*args), args[:4], grad)
+    got = torch.autograd.grad(torch.compile(_rotary_after_the_first_token, backend="fuse")(*args), args[:4], grad)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    assert fusebackend.metrics.eager_graphs == 0

@@ -201,6 +201,7 @@ class KernelBody:
             raise ValueError(f"negative index {expr}")
         self._reach(hi)
         self.size_symbols |= sizes_in(expr)
+        expr = indexing.floored(expr, self.ranges)
         return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
 
     def _reach(self, hi: int | sympy.Expr) -> None:

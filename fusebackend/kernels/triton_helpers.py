@@ -25,6 +25,20 @@ def minimum(a, b):
 
 
 @triton.jit
+def floordiv(a, b):
+    # an index's floor quotient by b > 0 (the indexing rules' FloorDiv): ``//`` truncates
+    q = a // b
+    return tl.where(a % b < 0, q - 1, q)
+
+
+@triton.jit
+def floormod(a, b):
+    # an index's remainder in [0, b) for b > 0 (ModIdx): ``%`` takes the dividend's sign
+    r = a % b
+    return tl.where(r < 0, r + b, r)
+
+
+@triton.jit
 def sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
 
