@@ -203,6 +203,26 @@ def test_no_fusion_through_an_extern_cycle() -> None:
     assert [s.split(":")[0] for s in wrapper_steps(art.wrapper)][1] == "extern"
 
 
+def test_no_cycle_through_a_group_entered_late_and_left_early() -> None:
+    # LR-ASPP's head (torchvision), trained: relu(conv(high)) scaled by a pooled sigmoid gate and
+    # upsampled. In its backward a merged group was entered through a late member and fed the
+    # target through an early one; the search for a path stopped at groups whose first member
+    # came after the target, missed it, and fusion made a cycle (the graph ran eagerly).
+    conv, gate, head = torch.nn.Conv2d(8, 16, 1), torch.nn.Conv2d(8, 16, 1), torch.nn.Conv2d(16, 3, 1)
+
+    def fn(low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+        x = F.relu(conv(high)) * torch.sigmoid(gate(F.adaptive_avg_pool2d(high, 1)))
+        x = F.interpolate(x, size=low.shape[-2:], mode="bilinear", align_corners=False)
+        return (low.mean(1, keepdim=True) + head(x)).sum()
+
+    low, high = torch.randn(2, 4, 16, 16), torch.randn(2, 8, 4, 4, requires_grad=True)
+    want = torch.autograd.grad(fn(low, high), [high, conv.weight, gate.weight])
+    got = torch.autograd.grad(torch.compile(fn, backend="fuse")(low, high), [high, conv.weight, gate.weight])
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    assert fusebackend.metrics.eager_graphs == 0
+
+
 # ------------------------------------------------------------ different numbers of elements
 
 

@@ -65,6 +65,14 @@ class Groups:
                     self.pred[writer].add(node.name)
         self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
         self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
+        # the earliest graph position among the members of the groups a group reaches (itself
+        # included): ``reaches`` stops where it is past its target's first member. A group's
+        # own first member bounds nothing once groups merge: one entered by a late member can
+        # feed another through an early one.
+        self._reach_first = {n: self.order[n] for n in self.members}
+        for g in reversed(self.topological()):
+            for s in self._gsucc[g]:
+                self._reach_first[g] = min(self._reach_first[g], self._reach_first[s])
         self._buffers_read: dict[str, list[str]] = {}
         # buffer -> the groups that read it, in graph order, kept on merges: horizontal
         # candidates pair a group with its nearest fellow readers, and a buffer that every
@@ -103,15 +111,15 @@ class Groups:
 
     def reaches(self, src: str, dst: str, skip_direct: bool) -> bool:
         """Is there a path src -> ... -> dst (through another group when ``skip_direct``)?"""
-        limit = self.order[self.members[dst][-1]]
-        succ = self._gsucc
+        limit = self.first(dst)
+        succ, reach_first = self._gsucc, self._reach_first
         stack = [s for s in succ[src] if not (skip_direct and s == dst)]
         seen = set(stack)
         while stack:
             g = stack.pop()
             if g == dst:
                 return True
-            if self.first(g) > limit:
+            if reach_first[g] > limit:  # nothing g reaches is as early as dst
                 continue
             for s in succ[g]:
                 if s not in seen:
@@ -142,7 +150,19 @@ class Groups:
                 self._gsucc[p].add(keep)
         self._gsucc[keep] = (self._gsucc[keep] | succ) - {keep, gone}
         self._gpred[keep] = (self._gpred[keep] | pred) - {keep, gone}
+        self._lower_reach(keep, min(self._reach_first[keep], self._reach_first.pop(gone)))
         return keep
+
+    def _lower_reach(self, g: str, first: int) -> None:
+        """``first`` is reachable from ``g``: so it is from every group that reaches ``g``. The
+        walk up stops at groups already as low (and so, then, is everything above them)."""
+        stack = [g]
+        self._reach_first[g] = min(self._reach_first[g], first)
+        while stack:
+            for p in self._gpred[stack.pop()]:
+                if self._reach_first[p] > first:
+                    self._reach_first[p] = first
+                    stack.append(p)
 
     def topological(self) -> list[str]:
         """Groups in an order that respects dependencies, staying close to the graph's order."""
