@@ -186,6 +186,9 @@ _MODELS = [
     ZooModel("tv_deeplabv3_resnet50", "torchvision",
              "torchvision DeepLabV3-ResNet50: segmentation, dilated backbone, atrous pyramid pooling, 39.6M, "
              "b8 512, 21 classes", tv.deeplabv3_resnet50),
+    ZooModel("tv_lraspp_mobilenet_v3_large", "torchvision",
+             "torchvision LR-ASPP MobileNetV3-Large: segmentation, a pooled sigmoid gate on the high features, "
+             "3.2M, b8 512, 21 classes", tv.lraspp_mobilenet_v3_large),
     ZooModel("tv_shufflenet_v2_x1_0", "torchvision", "torchvision ShuffleNetV2 1.0: channel split and shuffle, 2.3M, "
              "b64 224", tv.shufflenet_v2_x1_0),
     ZooModel("tv_r3d_18", "torchvision", "torchvision R3D-18: 3-d convolutions over video clips, 33M, "
@@ -214,6 +217,8 @@ _MODELS = [
              "interaction, 6.7M, b64 224", timm_models.xcit_tiny_12_p16_224),
     ZooModel("timm_volo_d1_224", "timm", "timm VOLO-D1: outlook attention (unfold/fold), class attention, 27M, "
              "b64 224", timm_models.volo_d1_224),
+    ZooModel("timm_eva02_tiny_patch14_224", "timm", "timm EVA-02-T/14: rotary position embedding on all tokens "
+             "but the class token, SwiGLU MLPs, 5.5M, b64 224", timm_models.eva02_tiny_patch14_224),
     ZooModel("timm_maxvit_tiny_tf_224", "timm", "timm MaxViT-T: MBConv, block and grid attention, 31M, b64 224",
              timm_models.maxvit_tiny_tf_224),
 ]

@@ -40,6 +40,11 @@ TINY_ARGS: dict[str, dict[str, Any]] = {
                              "cls_attn_layers": 1},
     # MaxViT (keywords over its config; transformer_* its attention's): MBConv, then attention in
     # blocks and in a grid, windows of img_size / 32 = 2
+    # EVA-02: rotary embedding over the patch grid, SwiGLU MLPs; its model function lets keywords
+    # override its sizes. Its head starts at a thousandth of its init (head_init_scale): logits of
+    # 2e-4, too small to compare against eager; the tiny one starts at its init
+    "eva02_tiny_patch14_224": {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads": 2,
+                               "head_init_scale": 1.0},
     "maxvit_tiny_tf_224": {"img_size": 64, "embed_dim": (16, 32, 64, 128), "depths": (1, 1, 1, 1),
                            "stem_width": (8, 16), "head_hidden_size": 128, "transformer_dim_head": 8},
 }
@@ -168,5 +173,7 @@ xcit_tiny_12_p16_224 = _named("xcit_tiny_12_p16_224", "timm XCiT-T12/16: cross-c
                               "interaction, class attention.")
 volo_d1_224 = _named("volo_d1_224", "timm VOLO-D1: outlook attention (attention weights per window, applied over "
                      "unfolded windows and folded back), then transformer and class-attention stages.")
+eva02_tiny_patch14_224 = _named("eva02_tiny_patch14_224", "timm EVA-02-T/14: rotary position embedding on the "
+                                "patch tokens (the class token left alone), SwiGLU MLPs.")
 maxvit_tiny_tf_224 = _named("maxvit_tiny_tf_224", "timm MaxViT-T: MBConv, then attention within blocks and across "
                             "a grid, with relative position bias.")

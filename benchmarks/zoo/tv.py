@@ -169,6 +169,35 @@ def deeplabv3_resnet50(size: Size, device: torch.device, dtype: torch.dtype) -> 
         body = IntermediateLayerGetter(backbone, return_layers={"layer4": "out"})
         return deeplabv3.DeepLabV3(body, deeplabv3.DeepLabHead(backbone.inplanes, classes))
 
+    return _segmentation(make, (batch, side, classes), device, dtype, "x")
+
+
+def lraspp_mobilenet_v3_large(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
+    """torchvision LR-ASPP with a MobileNetV3-Large backbone (its last stages dilated, output stride
+    16): the high features through a 1x1 convolution, gated by a sigmoid of their global average
+    pool, upsampled to the low features' size (bilinear) and added to a 1x1 classifier of those,
+    the logits upsampled to the image. Tiny: the backbone at a quarter of its width, 64x64 (at
+    32x32 the high features are 2x2)."""
+    from torchvision.models import mobilenetv3
+    from torchvision.models.segmentation import lraspp
+
+    batch, side, classes = (SEGMENTATION_TINY[0], 64, SEGMENTATION_TINY[2]) if size == "tiny" else SEGMENTATION_REAL
+
+    def make() -> nn.Module:
+        if size == "real":
+            return lraspp.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=classes)
+        backbone = mobilenetv3.mobilenet_v3_large(weights=None, dilated=True, width_mult=0.25)
+        return lraspp._lraspp_mobilenetv3(backbone, classes)
+
+    return _segmentation(make, (batch, side, classes), device, dtype, "input")
+
+
+def _segmentation(make: Callable[[], nn.Module], shape: tuple[int, int, int], device: torch.device,
+                  dtype: torch.dtype, argument: str) -> Built:
+    """A segmentation model of torchvision's (its logits under "out") on random images, trained
+    with per-pixel cross-entropy against random classes. ``shape``: batch, image side, classes;
+    ``argument``: the name its forward gives the images."""
+    batch, side, classes = shape
     model = instantiate(make, device, dtype)
     images = floats((batch, 3, side, side), device, dtype)
     target = torch.randint(0, classes, (batch, side, side), generator=generator(100)).to(device)
@@ -177,7 +206,7 @@ def deeplabv3_resnet50(size: Size, device: torch.device, dtype: torch.dtype) -> 
         logits = output["out"]
         return F.cross_entropy(logits.float(), target[: logits.shape[0]])
 
-    return Built(model, {"x": images}, {"x": images}, loss, f"b{batch} 3x{side}x{side}")
+    return Built(model, {argument: images}, {argument: images}, loss, f"b{batch} 3x{side}x{side}")
 
 
 @_builder
