@@ -197,3 +197,36 @@ def test_the_instruction_table_names_ir_ops() -> None:
     assert set(instructions.OP_INSTRUCTIONS) <= set(ir.OP_ARITY)
     assert instructions.op_instructions("erf") == 33 and instructions.op_instructions("add") == 1
     assert instructions.op_instructions("where") == 1
+
+
+def _softmax_with_a_computed_bias(scores: torch.Tensor) -> torch.Tensor:
+    # a bias made from positions alone (a mask or a position table: Swin's shifted-window mask
+    # is nine slice assignments and a pairwise difference), broadcast over batch and heads
+    n = scores.shape[-1]
+    i = torch.arange(n, device=scores.device, dtype=torch.float32)
+    bias = torch.cos(i[:, None] * i[None, :] * 0.01) * 0.5
+    return torch.softmax(scores + bias, dim=-1)
+
+
+def test_a_costly_value_read_broadcast_is_stored_not_evaluated_in_every_lane(monkeypatch) -> None:
+    # fused into the softmax, the bias's cosine (126 instructions) would be evaluated at each of
+    # the 4 x 2 batch-heads: 14 instructions per byte the kernel moves, past OPS_PER_BYTE_SAVED.
+    # (Fewer extra instructions than LAUNCH_INSTRUCTIONS are not worth a launch: lowered here to
+    # keep the interpreted case small; the next test has the limit as it is.)
+    from fusebackend.scheduler import cost_model
+
+    monkeypatch.setattr(cost_model, "LAUNCH_INSTRUCTIONS", 1024)
+    scores = torch.randn(4, 2, 16, 16)
+    check(_softmax_with_a_computed_bias, scores, atol=1e-5, rtol=1e-5)
+    report = fusebackend.last_compiled().schedule
+    assert "reads" in report and "broadcast, 8x over its 256 elements" in report
+    assert kernel_count() == 2
+    sources = list(kernels().values())
+    assert sum("cos(" in s for s in sources) == 1
+    assert not any("cos(" in s and "tl.reduce" in s for s in sources)  # the softmax only loads it
+
+
+def test_a_costly_value_read_broadcast_by_a_small_kernel_stays_fused() -> None:
+    # at two batch-heads the kernel is its launch's: one kernel
+    check(_softmax_with_a_computed_bias, torch.randn(2, 1, 24, 24), atol=1e-5, rtol=1e-5)
+    assert kernel_count() == 1

@@ -296,6 +296,20 @@ MAX_WINDOW_IN_REDUCTION = 8
 # inner convolution through a gather, which the instruction count took for a load of memory.
 NESTED_WINDOW = 4
 
+# From this many evaluations an element a consumer reads a producer broadcast: each of them
+# computes the producer's operations again (a kernel's lanes share nothing), and the kernel
+# may add at most ``OPS_PER_BYTE_SAVED`` instructions a byte of its own traffic. A window's
+# rule weighs the bytes a fusion saves; a broadcast's consumer is larger than its producer, and
+# the question is whether its kernel stays bound by memory. Swin's shifted-window mask (nine
+# slice assignments into an image of region ids, windows of it, their pairwise differences
+# made 0 or -100: about 300 instructions an element, [64, 49, 49]) was evaluated in the
+# attention softmax of every batch and head: torchvision's Swin-T (b64, bf16, H200,
+# 2026-12-02) spent 741 us at 8% of its floor in those kernels, 14% of the step.
+BROADCAST_READS = 2
+# Fewer instructions than a launch takes (a few microseconds: the 10 instructions a byte at
+# about 3.4 TB/s, 3e13 a second) are not worth a kernel of their own.
+LAUNCH_INSTRUCTIONS = 1 << 26
+
 
 def positions_read(node: ir.Node) -> dict[str, int]:
     """For each buffer ``node`` loads directly (not through a gather): at how many distinct
@@ -308,11 +322,14 @@ def positions_read(node: ir.Node) -> dict[str, int]:
 
 
 def window_recompute(nodes: Iterable[ir.Node],
-                     positions: Callable[[ir.Node], dict[str, int]] = positions_read) -> str | None:
+                     positions: Callable[[ir.Node], dict[str, int]] = positions_read,
+                     kernel_bytes: Callable[[], int] | None = None) -> str | None:
     """Why one kernel of ``nodes`` would compute a producer too many times over (see
-    ``OPS_PER_BYTE_SAVED``), or a window in a reduction's kernel (``MAX_WINDOW_IN_REDUCTION``);
-    None where neither. ``positions``: ``positions_read``, or a model's copy that remembers it
-    per node (``TrafficModel.positions_read``)."""
+    ``OPS_PER_BYTE_SAVED``, and ``BROADCAST_READS`` for a producer a consumer reads broadcast),
+    or a window in a reduction's kernel (``MAX_WINDOW_IN_REDUCTION``); None where neither.
+    ``positions``: ``positions_read``, or a model's copy that remembers it per node
+    (``TrafficModel.positions_read``); ``kernel_bytes``: the bytes the kernel would move (the
+    broadcast rule's budget; without it, that rule is not applied)."""
     nodes = list(nodes)
     pointwise = {n.name: n for n in nodes if isinstance(n, ir.Pointwise)}
     if not pointwise:
@@ -328,7 +345,12 @@ def window_recompute(nodes: Iterable[ir.Node],
             continue
         evaluations = size_hint(node.buffer.numel * (node.reduction_numel if isinstance(node, ir.Reduction) else 1))
         for name, count in positions(node).items():
-            if count < 2 or name not in pointwise:
+            if name not in pointwise:
+                continue
+            if count < 2:
+                reason = _broadcast_recompute(node, evaluations, pointwise[name], pointwise, kernel_bytes)
+                if reason is not None:
+                    return reason
                 continue
             inner = _inner_window(pointwise[name], pointwise, positions)
             if inner is not None:
@@ -342,6 +364,40 @@ def window_recompute(nodes: Iterable[ir.Node],
                 return (f"{node.name} reads {name} at {count} positions: {ops} instructions an element "
                         f"recomputed, {extra / max(saved, 1):.0f} per byte saved (most {OPS_PER_BYTE_SAVED})")
     return None
+
+
+def _broadcast_recompute(node: ir.Node, evaluations: int, producer: ir.Pointwise,
+                         pointwise: Mapping[str, ir.Pointwise], kernel_bytes: Callable[[], int] | None) -> str | None:
+    """Why ``node`` may not evaluate ``producer`` where it reads it broadcast (see
+    ``BROADCAST_READS``), or None."""
+    size = size_hint(producer.buffer.numel)
+    if kernel_bytes is None or evaluations < BROADCAST_READS * size:
+        return None
+    ops = _lane_instructions(producer, pointwise)
+    extra = (evaluations - size) * ops
+    moved = kernel_bytes()
+    if extra <= max(OPS_PER_BYTE_SAVED * moved, LAUNCH_INSTRUCTIONS):
+        return None
+    return (f"{node.name} reads {producer.name} broadcast, {evaluations // size}x over its {size} elements: "
+            f"{ops} instructions an element evaluated again, {extra / max(moved, 1):.0f} per byte the kernel moves "
+            f"(most {OPS_PER_BYTE_SAVED})")
+
+
+def _lane_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) -> int:
+    """The instructions an element of ``producer``'s distinct operations, through its in-kernel
+    producers, that vary across a kernel's lanes: all but those on constants and on tensors
+    of one element. Each lane of a kernel that reads ``producer`` broadcast evaluates them."""
+
+    def leaf(e: ir.Expr) -> bool | ir.Expr:
+        if isinstance(e, ir.Load):
+            inner = pointwise.get(e.view.buffer.name)
+            return inner.body if inner is not None else e.view.distinct_elements() > 1
+        if isinstance(e, ir.IndirectLoad):
+            inner = pointwise.get(e.view.buffer.name)
+            return inner.body if inner is not None else True
+        return isinstance(e, ir.IndexValue)
+
+    return varying_instructions(producer.body, leaf)
 
 
 def _inner_window(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise],

@@ -65,7 +65,7 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
         return f"group would exceed {config.max_fusion_size} nodes"
     if groups.reaches(a, b, skip_direct=True) or groups.reaches(b, a, skip_direct=True):
         return "a node outside both depends on one and feeds the other (cycle)"
-    recompute = window_recompute(nodes, model.positions_read)
+    recompute = window_recompute(nodes, model.positions_read, lambda: sum(model.traffic(names)))
     if recompute is not None:
         return recompute
     stored = model.stored(names)
