@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
-from fusebackend import ir
+from fusebackend import indexing, ir
 from fusebackend.scheduler.instructions import varying_instructions
 from fusebackend.sizevars import size_hint
 
@@ -371,7 +371,7 @@ def _broadcast_recompute(node: ir.Node, evaluations: int, producer: ir.Pointwise
     """Why ``node`` may not evaluate ``producer`` where it reads it broadcast (see
     ``BROADCAST_READS``), or None."""
     size = size_hint(producer.buffer.numel)
-    if kernel_bytes is None or evaluations < BROADCAST_READS * size:
+    if kernel_bytes is None or evaluations < BROADCAST_READS * size or size <= _lane_extent(node):
         return None
     ops = _lane_instructions(producer, pointwise)
     extra = (evaluations - size) * ops
@@ -381,6 +381,19 @@ def _broadcast_recompute(node: ir.Node, evaluations: int, producer: ir.Pointwise
     return (f"{node.name} reads {producer.name} broadcast, {evaluations // size}x over its {size} elements: "
             f"{ops} instructions an element evaluated again, {extra / max(moved, 1):.0f} per byte the kernel moves "
             f"(most {OPS_PER_BYTE_SAVED})")
+
+
+def _lane_extent(node: ir.Node) -> int:
+    """The positions along a kernel's fastest axis for ``node``: its reduced positions, or its
+    buffer's fastest dim. A producer of no more elements (a per-channel scale beside
+    channels-last activations) varies along that axis alone, and a tiled kernel computes it once
+    for each column of a block, not in every lane: the broadcast rule leaves it fused."""
+    if isinstance(node, ir.Reduction):
+        return size_hint(node.reduction_numel)
+    sizes = [size_hint(n) for n in node.buffer.sizes]
+    strides = [size_hint(n) for n in node.buffer.strides]
+    order = indexing.dense_order(sizes, strides)
+    return sizes[order[-1]] if order else 1
 
 
 def _lane_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) -> int:
