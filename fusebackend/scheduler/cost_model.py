@@ -302,12 +302,13 @@ NESTED_WINDOW = 4
 # rule weighs the bytes a fusion saves; a broadcast's consumer is larger than its producer, and
 # the question is whether its kernel stays bound by memory. Swin's shifted-window mask (nine
 # slice assignments into an image of region ids, windows of it, their pairwise differences
-# made 0 or -100: about 300 instructions an element, [64, 49, 49]) was evaluated in the
-# attention softmax of every batch and head: torchvision's Swin-T (b64, bf16, H200,
-# 2026-12-02) spent 741 us at 8% of its floor in those kernels, 14% of the step.
+# made 0 or -100: 83 instructions an element by ``OP_INSTRUCTIONS``, [64, 49, 49]) was
+# evaluated in the attention softmax of every batch and head. torchvision's Swin-T (b64, bf16,
+# H200, 2026-12-02): those softmax kernels took 740 us, 666 us with the mask apart (about 2.4e9
+# instructions fewer, 80 us at the rate below).
 BROADCAST_READS = 2
-# Fewer instructions than a launch takes (a few microseconds: the 10 instructions a byte at
-# about 3.4 TB/s, 3e13 a second) are not worth a kernel of their own.
+# Fewer extra instructions than a launch is worth are not worth a kernel of their own: 2**26
+# is about 2 us at 3e13 instructions a second (ten a byte at 3.4 TB/s).
 LAUNCH_INSTRUCTIONS = 1 << 26
 
 
