@@ -507,49 +507,10 @@ def contiguous_strides(sizes: Sequence[Size]) -> tuple[Size, ...]:
     return tuple(reversed(strides))
 
 
-class SignedFloorDiv(sympy.Function):
-    """``FloorDiv`` of an operand not proven non-negative, as the kernel computes it: Triton's
-    ``//`` and ``%`` round toward zero, so the kernel text calls ``th.floordiv`` (``floored``).
-    No rules of its own: it is made last, for the text."""
-    is_integer = True
-
-
-class SignedModIdx(sympy.Function):
-    """``ModIdx`` of an operand not proven non-negative: ``th.floormod`` in the kernel text."""
-    is_integer = True
-    is_nonnegative = True
-
-
-def floored(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
-    """``expr`` with each division or remainder whose operand the ranges do not prove
-    non-negative made a ``SignedFloorDiv``/``SignedModIdx``. The rewrites above hold for floor
-    division; a GPU's division truncates, which differs below zero. A view that shifts an index
-    down (a slice's backward, ``(i - 1023) % 16`` split over a reshape) or a masked lane's
-    position can divide a negative value: the text then rounds as the rules assumed."""
-    if not expr.atoms(FloorDiv, ModIdx):
-        return expr
-    return _floored(expr, ranges)
-
-
-def _floored(expr: sympy.Expr, ranges: Ranges) -> sympy.Expr:
-    if not expr.args:
-        return expr
-    args = [_floored(a, ranges) for a in expr.args]
-    if isinstance(expr, (FloorDiv, ModIdx)):
-        try:
-            signed = not known_nonneg(bounds(expr.args[0], ranges)[0])
-        except UnknownSign:
-            signed = True
-        if signed:
-            return (SignedFloorDiv if isinstance(expr, FloorDiv) else SignedModIdx)(*args)
-        return expr.func(*args, evaluate=False)
-    return expr.func(*args)
-
-
 class IndexPrinter(sympy.printing.str.StrPrinter):
     """Prints an index as Python/Triton integer arithmetic. ``FloorDiv``/``ModIdx`` take
-    non-negative operands, where truncating and floor division agree; ``floored`` marks the
-    others, printed as calls of the kernels' floor helpers.
+    non-negative operands, where truncating and floor division agree; ``indexing_signed.floored``
+    marks the others, which print themselves as calls of the kernels' floor helpers.
 
     A sum inside a division or modulus is parenthesized: ``a + b // c`` would divide ``b`` only.
     """
@@ -567,12 +528,6 @@ class IndexPrinter(sympy.printing.str.StrPrinter):
 
     def _print_ModIdx(self, expr: ModIdx) -> str:
         return f"({self._operand(expr.args[0])} % {self._divisor(expr.args[1])})"
-
-    def _print_SignedFloorDiv(self, expr: SignedFloorDiv) -> str:
-        return f"th.floordiv({self._print(expr.args[0])}, {self._print(expr.args[1])})"
-
-    def _print_SignedModIdx(self, expr: SignedModIdx) -> str:
-        return f"th.floormod({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
     def _print_Pow(self, expr: sympy.Pow, rational: bool = False) -> str:
         # a product of sizes (s0*s0*64): Triton has no ** on integers

@@ -6,7 +6,7 @@ import pytest
 import sympy
 import torch
 
-from fusebackend import indexing
+from fusebackend import indexing, indexing_signed
 from fusebackend.indexing import FloorDiv, ModIdx, pexpr, simplify, var
 
 x, r = var("xindex"), var("rindex")
@@ -188,13 +188,13 @@ def test_a_division_of_a_possibly_negative_operand_rounds_down_in_the_kernel() -
 
     ranges = {x: 40}
     expr = 100 * FloorDiv(5 - x, 4) + ModIdx(7 - 3 * x, 16)  # 5 - x < 0 from x = 6
-    marked = indexing.floored(expr, ranges)
-    assert marked.atoms(indexing.SignedFloorDiv) and marked.atoms(indexing.SignedModIdx)
+    marked = indexing_signed.floored(expr, ranges)
+    assert marked.atoms(indexing_signed.SignedFloorDiv) and marked.atoms(indexing_signed.SignedModIdx)
     assert not marked.atoms(FloorDiv, ModIdx)
     text = pexpr(marked)
     assert "th.floordiv(" in text and "th.floormod(" in text
     # a non-negative operand keeps Python's operators: its text is unchanged
-    assert indexing.floored(FloorDiv(x + 3, 4), ranges) == FloorDiv(x + 3, 4)
+    assert indexing_signed.floored(FloorDiv(x + 3, 4), ranges) == FloorDiv(x + 3, 4)
     out = torch.empty(40, dtype=torch.int64)
     runtime.load_kernel("floor_index", FLOOR_KERNEL.format(text=text))[(1,)](out, 40, XBLOCK=64)
     assert out.tolist() == [100 * ((5 - v) // 4) + (7 - 3 * v) % 16 for v in range(40)]

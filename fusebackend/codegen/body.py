@@ -20,7 +20,7 @@ import math
 import sympy
 import torch
 
-from fusebackend import indexing, ir
+from fusebackend import indexing, indexing_signed, ir
 from fusebackend.codegen import fast_math
 from fusebackend.codegen.kernel_header import sizes_in
 from fusebackend.codegen.triton_ops import LITERAL_ARGS, TRITON_DTYPE, render_literal, render_op, takes_tensors
@@ -201,7 +201,7 @@ class KernelBody:
             raise ValueError(f"negative index {expr}")
         self._reach(hi)
         self.size_symbols |= sizes_in(expr)
-        expr = indexing.floored(expr, self.ranges)
+        expr = indexing_signed.floored(expr, self.ranges)
         return indexing.block_aligned(expr, self.blocks) if self.blocks else expr
 
     def _reach(self, hi: int | sympy.Expr) -> None:
