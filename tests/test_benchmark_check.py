@@ -195,6 +195,15 @@ def test_the_depthwise_tiles_study_checks_each_variant() -> None:
     assert len(rows) == 3 and all(line.count("ok, error") == 6 for line in rows), out
 
 
+@pytest.mark.full  # a study's, about 30 s on 2 cores: pytest --full
+def test_the_odd_rows_study_checks_each_variant() -> None:
+    # benchmarks/studies/odd_rows_study.py: every block of each row length against torch.softmax
+    _, out = _study_check("odd_rows_study")
+    checked = [line for line in out.splitlines() if line.startswith("  ") and "ok, error" in line]
+    lengths = [line for line in out.splitlines() if line.startswith("rows of ")]
+    assert len(lengths) == 6 and len(checked) == 6 * 9 + 5 * 8, out  # rows of 9 take no warp-a-row block
+
+
 @pytest.mark.full  # a study's, 25-30 s on 2 cores: pytest --full
 def test_the_cross_entropy_study_checks_each_variant_and_folds_the_one_hot() -> None:
     # benchmarks/studies/cross_entropy_study.py: the loss and its gradient under every variant

@@ -393,6 +393,67 @@ def test_rows_read_across_run_right() -> None:
     check(_position_scores, torch.randn(2, 3, s, s), torch.randn(2, 3, s, 16), torch.randn(2, 3, s, 16), positions)
 
 
+def _gpu_reduction_configs(monkeypatch: pytest.MonkeyPatch) -> Callable[..., dict[str, int]]:
+    """runtime.reduction_config as on a GPU (the kernels only generated, or run in the
+    interpreter in the GPU's blocks), set in its place; returned."""
+    original = runtime.reduction_config
+
+    def cfg(*args: Any, **kwargs: Any) -> dict[str, int]:
+        with monkeypatch.context() as gpu:
+            gpu.setattr(runtime, "use_interpreter", lambda: False)
+            return original(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "reduction_config", cfg)
+    return cfg
+
+
+def _windowed_scores(x: torch.Tensor, table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    # Swin's window attention softmax: a relative-position bias gathered from its table per head
+    n = x.shape[-1]
+    bias = table[index].view(n, n, -1).permute(2, 0, 1)
+    return torch.softmax(x + bias, -1)
+
+
+def test_rows_of_an_odd_length_take_one_warp_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rows of 33-64 positions that no vector divides: 8 rows by one warp, so that no row lies
+    # over two warps; rows a vector of 2 or more divides keep 16 rows by 2 warps, and other
+    # blocks their config
+    from test_fusion_reductions import compile_only
+
+    cfg = _gpu_reduction_configs(monkeypatch)
+    assert cfg(602112, 49, True, 1, row_vector=1) == {"XBLOCK": 8, "RBLOCK": 64, "num_warps": 1}
+    assert cfg(602112, 49, True, 1, row_vector=2) == cfg(602112, 49, True, 1) == {"XBLOCK": 16, "RBLOCK": 64, "num_warps": 2}
+    assert cfg(602112, 197, True, 1, row_vector=1) == cfg(602112, 197, True, 1)
+
+    def launch(fn: Callable[..., Any], *args: torch.Tensor) -> str:
+        wrapper = compile_only(fn, *args).wrapper
+        lines = [line for line in wrapper.splitlines() if "# grid" in line]
+        assert len(lines) == 1, wrapper
+        return lines[0]
+
+    n = 49
+    table, index = torch.randn(169, 3, dtype=bf16), torch.randint(0, 169, (n * n,))
+    assert "XBLOCK=8, RBLOCK=64, num_warps=1" in launch(_windowed_scores, torch.randn(64, 3, n, n, dtype=bf16), table, index)
+    assert "XBLOCK=8, RBLOCK=64, num_warps=1" in launch(lambda x: torch.softmax(x, -1), torch.randn(64, 3, n, 33))
+    for aligned in (torch.randn(64, 3, n, 48, dtype=bf16), torch.randn(64, 3, n, 50)):  # vectors of 8 and 2
+        assert "XBLOCK=16, RBLOCK=64, num_warps=2" in launch(lambda x: torch.softmax(x, -1), aligned)
+    # rows starting at an odd offset (a slice one position in), though their stride is even
+    assert "num_warps=1" in launch(lambda x: torch.softmax(x[..., 1:], -1), torch.randn(64, 3, n, 50, dtype=bf16))
+
+
+def test_rows_of_an_odd_length_run_right_in_the_gpu_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    _gpu_reduction_configs(monkeypatch)  # (the interpreter runs the GPU's blocks)
+    torch.manual_seed(0)
+    n = 7
+    x = torch.randn(1, 3, n * n, n * n, dtype=bf16)
+    cases = [(_windowed_scores, (x, torch.randn(2 * n - 1, 3, dtype=bf16), torch.randint(0, 2 * n - 1, (n ** 4,)))),
+             (lambda x: torch.softmax(x[..., 1:40], -1), (x.float(),))]  # rows starting at odd offsets
+    for fn, args in cases:
+        check(fn, *args)
+        wrapper = fusebackend.last_compiled().wrapper
+        assert "XBLOCK=8, RBLOCK=64, num_warps=1" in wrapper, wrapper
+
+
 # ------------------------------------------------------------- programmatic dependent launch
 
 

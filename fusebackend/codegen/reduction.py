@@ -30,7 +30,7 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.body import ROFFSET, XOFFSET, KernelBody, KernelSource
 from fusebackend.codegen.memory import in_place_pairs
 from fusebackend.codegen.kernel_header import GRID_WAIT, describe, header, kernel_name, sizes_in
 from fusebackend.codegen.triton_ops import TRITON_DTYPE, render_literal
@@ -258,10 +258,11 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
             store(node, body.value(node.body, space.mapping[node.name]), ROW)
 
     if chosen is None and not lay.column:  # the config first: most kernels' is the same either way
-        wider = runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
-                                         across_rows=True, row_bytes=row_bytes)
-        if wider != launch and _reads_across_rows(body):
-            return _generate_reduction(plan, index, pdl, wider, asked, suffix)
+        fitted = runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
+                                          across_rows=_reads_across_rows(body), row_bytes=row_bytes,
+                                          row_vector=_row_vector(body))
+        if fitted != launch:
+            return _generate_reduction(plan, index, pdl, fitted, asked, suffix)
 
     name = kernel_name(plan, index) + suffix
     int64 = body.uses_int64(xnumel * max(rnumel, 1))
@@ -376,7 +377,30 @@ def _reads_across_rows(body: KernelBody) -> bool:
     (DeBERTa's position-to-content scores, gathered transposed). Gathers count by their static
     part."""
     return any(R in offset.free_symbols and step_along(offset, R) not in (0, 1) and step_along(offset, X) in (0, 1)
-               for _, offset in body.load_offsets)
+               for offset in _first_block_offsets(body).values())
+
+
+def _first_block_offsets(body: KernelBody) -> dict[int, sympy.Expr]:
+    """The body's load offsets in its first block (``xoffset`` and ``roffset`` at 0), where the
+    steps along ``xindex`` and ``rindex`` are numbers; keyed by their place in ``load_offsets``."""
+    starts = {XOFFSET: sympy.Integer(0), ROFFSET: sympy.Integer(0)}
+    return {k: sympy.sympify(offset).xreplace(starts) for k, (_, offset) in enumerate(body.load_offsets)}
+
+
+def _row_vector(body: KernelBody) -> int:
+    """The elements a lane can load at once along the rows of the kernel's largest load that is
+    contiguous in them: the largest power of two, up to 16 bytes, dividing the offset of every
+    row's start (its step from row to row, and where row 0 starts); 0 where no load runs along
+    the rows."""
+    first = _first_block_offsets(body)
+    along = [(size_hint(buf.numel) * buf.dtype.itemsize, buf.dtype.itemsize, first[k])
+             for k, (buf, _) in enumerate(body.load_offsets)
+             if {X, R} <= first[k].free_symbols and step_along(first[k], R) == 1]
+    if not along:
+        return 0
+    _, itemsize, offset = max(along, key=lambda a: a[0])
+    start = offset.xreplace({X: sympy.Integer(0), R: sympy.Integer(0)})
+    return math.gcd(16 // itemsize, step_along(offset, X), size_hint(start))
 
 
 def _masked(body: KernelBody, red: ir.Reduction, value: str, acc_dtype: torch.dtype, lay: Layout) -> str:

@@ -470,10 +470,22 @@ LONGEST_PERSISTENT_ROW = 8192
 # to drain, where a masked loop's last step overlaps them: a cost that long loops amortize.
 TAIL_BLOCKS = 8
 ROWS_ACROSS = 8  # rows a block takes where a row's positions are read across tensor rows (below)
+# Rows of 33 to 64 positions that start at odd offsets (Swin's 7x7 windows: 49 positions), in a
+# block of 64 positions a row: no vector divides the rows' starts, so each lane loads one
+# element, and a block of two warps or more lays a row over two warps. One warp a block, 8 rows:
+# H200, bf16, a softmax over 602112 rows of 49 (the copy of its input 32.8 us;
+# benchmarks/studies/odd_rows_study.py, 2026-12-02): 16 rows by 2 warps 96.1 us, 8 by 2 103.9,
+# 8 by 4 108.0, 8 by 1 warp 54.7, 16 by 1 55.2. Swin-T's first-stage attention softmax as fuse
+# fuses it (its relative-position bias gathered, its shifted-window mask added): 193.0 -> 143.1
+# us (16 rows by 1 warp: 182.0). Giving each row to one warp's lanes with more warps a block did
+# not help (101-186 us), so the row's split alone does not explain it. Rows of 197 (256 a row)
+# gained nothing (4 rows by 2 warps 47.3 us, by 1 warp 45.5, 2 rows by 1 warp 51.2), nor rows of
+# 9 (101.7 against 103.8): only this block takes it.
+UNALIGNED_ROW = 64
 
 
 def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int = 1,
-                     across_rows: bool = False, row_bytes: float = 0) -> dict[str, int]:
+                     across_rows: bool = False, row_bytes: float = 0, row_vector: int = 0) -> dict[str, int]:
     """Block sizes for a reduction kernel; RBLOCK >= rnumel means persistent (one pass per row).
 
     ``passes``: how many times a looped kernel reads each row (one per level of dependent
@@ -486,6 +498,9 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     32; about 490 us at the 2 rows below (the zoo's profile).
     ``row_bytes``: bytes a kernel reads at each (row, position), over all its inputs (0: not
     known); a looped kernel that reads its rows again takes blocks whose rows in flight fit L2.
+    ``row_vector``: the elements a lane can load at once along the largest input's rows (the
+    largest power of two, up to 16 bytes, that divides where each row starts; 0: not known). At
+    1 (rows of an odd length) see ``UNALIGNED_ROW``.
     """
     r = _next_pow2(max(rnumel, 1))
     if use_interpreter():
@@ -522,6 +537,8 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
         return {"XBLOCK": 64, "RBLOCK": min(r, 16), "num_warps": 4}
     if rnumel in (4096, 8192) and passes == 2:
         return {"XBLOCK": 1, "RBLOCK": 4096, "num_warps": 16}
+    if row_vector == 1 and r == UNALIGNED_ROW:
+        return {"XBLOCK": max(1, min(_next_pow2(max(xnumel, 1)), 8)), "RBLOCK": r, "num_warps": 1}
     if r <= LONGEST_PERSISTENT_ROW:
         xblock = max(1, min(_next_pow2(max(xnumel, 1)), 1024 // r))
         if across_rows and xnumel >= ROWS_ACROSS * 1024:  # (and still a thousand blocks or more)
