@@ -110,12 +110,12 @@ def fuse_timers(timers: Timers) -> Iterator[None]:
         stack.enter_context(patched(backend._Entry, "__init__", entry_init))
         stack.enter_context(patched(runtime.Launcher, "__call__",
                                     timers.wrap("launch", runtime.Launcher.__call__)))
-        original_direct = runtime._direct_launcher
+        original_direct = runtime.direct_launcher
 
         def direct_launcher(*args: Any) -> Any:  # the wrapper calls these once built
             return timers.wrap("launch", original_direct(*args))
 
-        stack.enter_context(patched(runtime, "_direct_launcher", direct_launcher))
+        stack.enter_context(patched(runtime, "direct_launcher", direct_launcher))
         graph_call = backend.FusedGraph.__call__
         timed_graph = {kind: timers.wrap(f"graph_{kind}", graph_call) for kind in ("backward", "other")}
 

@@ -232,13 +232,13 @@ def test_a_direct_launch_takes_each_calls_grid_and_leaves_ints_past_int32_to_tri
     Triton's own path, which compiles for int64 (GPU launch path, tested with stand-ins)."""
     import types
 
-    from fusebackend.kernels import runtime
+    from fusebackend.kernels import direct_launch
 
     launched, slow = [], []
-    direct = runtime.DirectLaunch(runner=None, launch=lambda *a: launched.append(a), head=(), grid=(7, 1, 1),
-                                  hooks=types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    direct = direct_launch.DirectLaunch(runner=None, launch=lambda *a: launched.append(a), head=(), grid=(7, 1, 1),
+                                        hooks=types.SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
     x = torch.empty(64)
-    launch = runtime._direct_launcher(direct, (x, 5), (), lambda *a: slow.append(a), per_call=True)
+    launch = direct_launch.direct_launcher(direct, (x, 5), (), lambda *a: slow.append(a), per_call=True)
     launch(None, 3, x, 40)
     assert launched == [(3, 1, 1, None, x.data_ptr(), 40)] and not slow
     launch(None, 9, x, 2**31)
