@@ -61,6 +61,10 @@ class Config:
     # FUSE_INTERPRET: 1 runs kernels through Triton's interpreter on CPU tensors, 0 on the GPU,
     # auto (default) picks the interpreter when torch sees no CUDA device or TRITON_INTERPRET=1.
     interpret: bool | None = dataclasses.field(default_factory=_env_interpret)
+    # FUSE_GPU_BLOCKS: 1 gives kernels that run in Triton's interpreter the launch configs a GPU's
+    # would take (its blocks and warps: ``runtime.interpreter_blocks``), so that the CPU runs the
+    # code that only a GPU's blocks reach. Slow: small blocks make many programs, each a Python loop.
+    gpu_blocks: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_GPU_BLOCKS", 0) != 0)
     # FUSE_SPECIALIZATION_WARNING: warn once when one graph has been compiled for this many input
     # shapes (a graph with symbolic sizes is compiled once per shape: ``metrics.specialized``);
     # 0 never warns.

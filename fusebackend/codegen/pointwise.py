@@ -248,7 +248,8 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     if not per_column or (len(per_column) < 2 and window < runtime.WINDOW_TILES):
         return None
     numel = size_hint(buf.numel)
-    if window < runtime.WINDOW_TILES and numel < runtime.SMALL_POINTWISE and not use_interpreter():
+    gpu = not use_interpreter() or config.gpu_blocks  # (a GPU's blocks)
+    if window < runtime.WINDOW_TILES and numel < runtime.SMALL_POINTWISE and gpu:
         return None  # a small kernel's one wave: flat blocks of 512 finish sooner (pointwise_config)
     launch = runtime.column_tile_config(numel // inner, inner, window)
     if launch is None:

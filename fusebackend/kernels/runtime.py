@@ -249,12 +249,18 @@ def _interpreter_asserts() -> Iterator[None]:
 SMALL_POINTWISE = 1 << 20  # elements under which a pointwise kernel is bound by latency, not bandwidth
 
 
+def interpreter_blocks() -> bool:
+    """Whether launch configs are the interpreter's (few, large blocks), not a GPU's: kernels run
+    in the interpreter, and ``config.gpu_blocks`` is off."""
+    return use_interpreter() and not config.gpu_blocks
+
+
 def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
     """Block size and warps for a flat kernel over ``numel`` elements.
 
     ``itemsize``: the widest element the kernel loads or stores, in bytes.
     """
-    if use_interpreter():
+    if interpreter_blocks():
         # The interpreter runs each program in Python: few, large blocks are fastest.
         return {"XBLOCK": min(_next_pow2(numel), 1 << 16)}
     # Measured on an H200 (benchmarks/studies/sweep.py): 32 bytes of each tensor per thread. bf16 in
@@ -301,7 +307,7 @@ def tile_config(ysize: int, inner: int) -> dict[str, int]:
         while (blocks[wide] * blocks[thin] < THIN_TILE_ELEMENTS and blocks[wide] < 256
                and extent % (2 * blocks[wide]) == 0):
             blocks[wide] *= 2
-    if use_interpreter():
+    if interpreter_blocks():
         return blocks
     return {**blocks, "num_warps": 4}
 
@@ -340,13 +346,13 @@ def column_tile_config(rows: int, inner: int, window: int = 1) -> dict[str, int]
     has 72, 120, 184 and 200 channels).
     """
     windowed = window >= WINDOW_TILES
-    total = 1024 if use_interpreter() or windowed else 4096
+    total = 1024 if interpreter_blocks() or windowed else 4096
     xblock = math.gcd(inner, 256)
     yblock = math.gcd(rows, total // xblock) if xblock >= (8 if windowed else 16) else 0
     if yblock < 4:
         return None
     blocks = {"XBLOCK": xblock, "YBLOCK": yblock}
-    return blocks if use_interpreter() else {**blocks, "num_warps": 4}
+    return blocks if interpreter_blocks() else {**blocks, "num_warps": 4}
 
 
 # A GPU reduction over rows longer than this loops over each row in blocks (reduction_config);
@@ -394,7 +400,7 @@ def reduction_config(xnumel: int, rnumel: int, row_contiguous: bool, passes: int
     1 (rows of an odd length) see ``UNALIGNED_ROW``.
     """
     r = _next_pow2(max(rnumel, 1))
-    if use_interpreter():
+    if interpreter_blocks():
         # Programs run one after another in Python: big blocks, and rows up to 16K in one block
         # (longer rows take the looped path, which the tests then exercise).
         rblock = min(r, 1 << 14)
@@ -496,7 +502,7 @@ def scan_config(xnumel: int, rnumel: int, row_contiguous: bool) -> dict[str, int
     """
     r = _next_pow2(max(rnumel, 1))
     x = _next_pow2(max(xnumel, 1))
-    if use_interpreter():
+    if interpreter_blocks():
         rblock = min(r, 32)
         return {"XBLOCK": max(1, min(x, 256 // rblock)), "RBLOCK": rblock}
     if not row_contiguous:
