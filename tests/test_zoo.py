@@ -151,14 +151,23 @@ GPU_BLOCKS_TRAIN_SAMPLE = ("gpt2", "resnet")
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_inference_in_a_gpus_blocks(name: str, request: pytest.FixtureRequest) -> None:
-    if name not in GPU_BLOCKS_SAMPLE and not _full(request.config):
-        pytest.skip("not in GPU_BLOCKS_SAMPLE: pytest --full runs it")
+    _in_gpu_blocks_sample(name, GPU_BLOCKS_SAMPLE, "GPU_BLOCKS_SAMPLE", request)
+    with fusebackend.config.patch(gpu_blocks=True):
+        _inference_matches_eager(name)
+    _launched_in_gpu_blocks()
+
+
+def _in_gpu_blocks_sample(name: str, sample: tuple[str, ...], label: str, request: pytest.FixtureRequest) -> None:
+    if name not in sample and not _full(request.config):
+        pytest.skip(f"not in {label}: pytest --full runs it")
     reason = ZOO[name].available()
     if reason is not None:
         pytest.skip(reason)
-    with fusebackend.config.patch(gpu_blocks=True):
-        _inference_matches_eager(name)
-        launches = [line for a in fusebackend.history() for line in a.wrapper.splitlines() if "# grid" in line]
+
+
+def _launched_in_gpu_blocks() -> None:
+    """Every launch of the graphs compiled carries a GPU's warps (the interpreter's configs have none)."""
+    launches = [line for a in fusebackend.history() for line in a.wrapper.splitlines() if "# grid" in line]
     assert launches and all("num_warps=" in line for line in launches if "XBLOCK" in line), launches[:5]
 
 
@@ -217,13 +226,10 @@ def test_zoo_training_step_gradients(name: str, request: pytest.FixtureRequest) 
 
 @pytest.mark.parametrize("name", list(ZOO))
 def test_zoo_training_step_in_a_gpus_blocks(name: str, request: pytest.FixtureRequest) -> None:
-    if name not in GPU_BLOCKS_TRAIN_SAMPLE and not _full(request.config):
-        pytest.skip("not in GPU_BLOCKS_TRAIN_SAMPLE: pytest --full runs it")
-    reason = ZOO[name].available()
-    if reason is not None:
-        pytest.skip(reason)
+    _in_gpu_blocks_sample(name, GPU_BLOCKS_TRAIN_SAMPLE, "GPU_BLOCKS_TRAIN_SAMPLE", request)
     with fusebackend.config.patch(gpu_blocks=True):
         _training_step_matches_float64(name)
+    _launched_in_gpu_blocks()
 
 
 def _training_step_matches_float64(name: str) -> None:

@@ -258,9 +258,10 @@ def _generate_reduction(plan: KernelPlan, index: int, pdl: bool, launch: dict[st
             store(node, body.value(node.body, space.mapping[node.name]), ROW)
 
     if chosen is None and not lay.column:  # the config first: most kernels' is the same either way
+        first = _first_block_offsets(body)
         fitted = runtime.reduction_config(size_hint(xnumel), size_hint(rnumel), row_contiguous, passes,
-                                          across_rows=_reads_across_rows(body), row_bytes=row_bytes,
-                                          row_vector=_row_vector(body))
+                                          across_rows=_reads_across_rows(first), row_bytes=row_bytes,
+                                          row_vector=_row_vector(body, first))
         if fitted != launch:
             return _generate_reduction(plan, index, pdl, fitted, asked, suffix)
 
@@ -371,13 +372,13 @@ def _pass_eviction(number: int, passes: int) -> str:
     return "evict_first" if number == passes else "evict_last"
 
 
-def _reads_across_rows(body: KernelBody) -> bool:
-    """Whether the body loads a tensor at a stride along its rows' positions while the next row
-    reads the next element or the same one: the row's positions run down a column of that tensor
-    (DeBERTa's position-to-content scores, gathered transposed). Gathers count by their static
-    part."""
+def _reads_across_rows(first: dict[int, sympy.Expr]) -> bool:
+    """Whether the body loads (``first``: its load offsets in the first block) a tensor at a
+    stride along its rows' positions while the next row reads the next element or the same one:
+    the row's positions run down a column of that tensor (DeBERTa's position-to-content scores,
+    gathered transposed). Gathers count by their static part."""
     return any(R in offset.free_symbols and step_along(offset, R) not in (0, 1) and step_along(offset, X) in (0, 1)
-               for offset in _first_block_offsets(body).values())
+               for offset in first.values())
 
 
 def _first_block_offsets(body: KernelBody) -> dict[int, sympy.Expr]:
@@ -387,12 +388,11 @@ def _first_block_offsets(body: KernelBody) -> dict[int, sympy.Expr]:
     return {k: sympy.sympify(offset).xreplace(starts) for k, (_, offset) in enumerate(body.load_offsets)}
 
 
-def _row_vector(body: KernelBody) -> int:
+def _row_vector(body: KernelBody, first: dict[int, sympy.Expr]) -> int:
     """The elements a lane can load at once along the rows of the kernel's largest load that is
     contiguous in them: the largest power of two, up to 16 bytes, dividing the offset of every
     row's start (its step from row to row, and where row 0 starts); 0 where no load runs along
-    the rows."""
-    first = _first_block_offsets(body)
+    the rows. ``first``: the body's load offsets in its first block (``_first_block_offsets``)."""
     along = [(size_hint(buf.numel) * buf.dtype.itemsize, buf.dtype.itemsize, first[k])
              for k, (buf, _) in enumerate(body.load_offsets)
              if {X, R} <= first[k].free_symbols and step_along(first[k], R) == 1]
