@@ -122,3 +122,27 @@ def test_rows_of_an_odd_length_run_right_in_the_gpu_blocks(monkeypatch: pytest.M
         check(fn, *args)
         wrapper = fusebackend.last_compiled().wrapper
         assert "XBLOCK=8, RBLOCK=64, num_warps=1" in wrapper, wrapper
+
+
+def test_a_sum_of_a_long_chain_splits_by_the_chain_s_layout() -> None:
+    # The sum over 65536 rows of 8 channels of a chain of 20 full-size nodes, each scaled by a
+    # per-row statistic (a layer norm's gradient added down a residual stream). Within the 8
+    # levels the lowering looks through, the chain reaches only the statistics, which run along
+    # the rows; judged by them the sum was split as a row sum (8 chunks, [8, 8] partials: a
+    # column kernel of 1 program on a GPU). Past those levels the chain's nodes stand for
+    # themselves: channels innermost, a column sum split in 256 chunks of 256 rows.
+    from test_fusion_reductions import compile_only
+
+    def fn(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        y = x
+        for k in range(10):
+            y = y * s + k
+        return y.sum((0, 1, 2))
+
+    x, s = torch.randn(4, 128, 128, 8), torch.rand(4, 128, 128, 1) + 0.5
+    art = compile_only(fn, x, s)
+    phase1 = [line for line in art.ir.splitlines() if "(split, phase 1)" in line]
+    assert len(phase1) == 1 and "f32[256, 8]" in phase1[0], art.ir
+    (first,) = [src for src in art.kernels.values() if "split, phase 1" in src]
+    assert "column reduction" in first, first
+    check(fn, x, s)

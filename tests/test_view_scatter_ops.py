@@ -8,6 +8,7 @@ The matrices of cases x dtype run each case in one dtype by default, the dtypes 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 import pytest
@@ -258,3 +259,40 @@ def test_a_slice_backward_that_shifts_an_index_below_zero() -> None:
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
     assert fusebackend.metrics.eager_graphs == 0
+
+
+def _stacked_gradients(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # attention's q, k and v gradients stacked along a dim of 3 by select_scatters into zeros,
+    # stored, and summed over the rows (the qkv projection's bias gradient)
+    out = torch.zeros(q.shape[0], 3, q.shape[1], dtype=q.dtype)
+    for i, part in enumerate((q * 0.5, k, v)):
+        out = torch.select_scatter(out, part, 1, i)
+    return out, out.sum(0)
+
+
+@pytest.mark.parametrize("rows, width", [(64, 96), (37, 40), (5, 3)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_each_part_of_a_select_scatter_is_read_only_where_it_is_taken(rows: int, width: int,
+                                                                      dtype: torch.dtype) -> None:
+    # every element takes one of the three parts; each part's load is masked by its condition
+    # (tl.load(..., cond & xmask)), so that a block of another part's columns reads nothing
+    # of it. k arrives transposed (non-contiguous).
+    q, v = torch.randn(rows, width, dtype=dtype), torch.randn(rows, width, dtype=dtype)
+    k = torch.randn(width, rows, dtype=dtype).t()
+    check(_stacked_gradients, q, k, v)
+    assert kernel_count() == 1, fusebackend.last_compiled().schedule
+    (src,) = kernels().values()
+    part_loads = [line for line in src.splitlines() if "tl.load(" in line]
+    assert len(part_loads) == 3, src
+    conditions = [re.search(r"\), (tmp\d+) & [xr]mask", line) for line in part_loads]
+    assert all(conditions), src  # a condition before the block's mask
+    assert len({c.group(1) for c in conditions}) == 3, src
+
+
+def test_a_where_on_data_keeps_its_loads_unmasked() -> None:
+    # a ReLU's backward: where(x > 0, g, 0) decides by a loaded value, lane by lane; g's load
+    # keeps the block's mask alone
+    check(lambda x, g: torch.where(x > 0, g, 0.0), torch.randn(33, 7), torch.randn(33, 7))
+    (src,) = kernels().values()
+    loads = [line for line in src.splitlines() if "tl.load(" in line]
+    assert len(loads) == 2 and all(line.rstrip(")").endswith("xmask, other=0") for line in loads), src

@@ -110,6 +110,11 @@ class KernelBody:
         # inlined): every memory load under it is masked by it, and its indices may fall outside
         # the buffer where it is false
         self.guard: str | None = None
+        # the condition under which a branch of a ``where`` on the index alone is used (a
+        # select_scatter's or a slice_scatter's part): its memory loads are masked by it where
+        # they vary along its dims, so that blocks outside the part read nothing. Unlike the
+        # guard it only saves reads: the loads' addresses are in range either way
+        self.branch: str | None = None
         # what the guard proves about the index: (an index expression, a stand-in symbol, its
         # least value, its extent) for each concatenation part being rendered (``_narrowing``)
         self.narrowed: tuple[tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size], ...] = ()
@@ -282,7 +287,7 @@ class KernelBody:
             return render_literal(expr.value, expr.dtype)
         if isinstance(expr, ir.Rendered):
             return expr.name
-        key = (id(expr), tuple(subst.items()), self.guard)
+        key = (id(expr), tuple(subst.items()), self.guard, self.branch)
         for scope in reversed(self.scopes):
             hit = scope.values.get(key)
             if hit is not None:
@@ -302,6 +307,8 @@ class KernelBody:
             return self.load(expr, subst)
         if isinstance(expr, ir.IndirectLoad):
             return self.indirect_load(expr, subst)
+        if expr.name == "where" and _on_index_alone(expr.args[0]) and any(ir.loads(a) for a in expr.args[1:]):
+            return self._where_in_branches(expr, subst)
         if expr.name == "checked_position":
             return self._checked_position(expr, subst)
         if expr.name == "to" and isinstance(expr.args[0], ir.Load):
@@ -335,6 +342,39 @@ class KernelBody:
             text = f"th.as_bool({text})"
         return self._emit(text, dims)
 
+    def _where_in_branches(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+        """``where(c, a, b)`` with ``c`` computed from the index alone: ``a``'s memory loads
+        masked by ``c`` and ``b``'s by its negation (``branch``). Swin's q, k and v gradients,
+        stacked by three select_scatters into a block of 288 columns and summed over its rows,
+        were read all three at every element: 276 us a kernel at 20% of its floor, now 180 us
+        (H200, bf16, 2026-12-02)."""
+        cond = self.value(expr.args[0], subst)
+        # not a literal (one branch taken everywhere), and not along the rows, where the
+        # positions a branch leaves out are few (a split's padded chunk) or scattered (a causal
+        # mask) and its loads may serve the kernel's other values, which would load them again
+        if cond not in self.dims or "r" in self.dims_of(cond):
+            return self.value(ir.Op("where", (ir.Rendered(cond, torch.bool),) + expr.args[1:], expr.dtype), subst)
+        outer = self.branch
+        branches = []
+        try:
+            for arg, negated in ((expr.args[1], False), (expr.args[2], True)):
+                if not ir.loads(arg):
+                    branches.append(None)
+                    continue
+                taken = self._bool(f"{cond} == 0", self.dims_of(cond)) if negated else cond
+                self.branch = taken if outer is None else self._bool(
+                    f"{outer} & {taken}", self.dims_of(outer) | self.dims_of(taken))
+                branches.append(self.value(arg, subst))
+        finally:
+            self.branch = outer
+        args = [ir.Rendered(cond, torch.bool)] + [
+            a if r is None else ir.Rendered(r, a.dtype) for a, r in zip(expr.args[1:], branches)]
+        return self.value(ir.Op("where", tuple(args), expr.dtype), subst)
+
+    def _bool(self, text: str, dims: frozenset[str]) -> str:
+        """A bool temp; a scalar one made a tensor that the interpreter can use as a mask."""
+        return self._emit(text if dims else f"th.as_bool({text})", dims)
+
     def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         view = expr.view
         idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
@@ -353,6 +393,8 @@ class KernelBody:
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         mask, dims, spread = self.guarded(self.mask(dims), dims)
         text += spread
+        if self.branch is not None and self.dims_of(self.branch) <= dims:
+            mask = self.branch if mask is None else f"{self.branch} & {mask}"
         if mask is None:
             return self._emit(f"tl.load({ptr} + ({text}){hint})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
@@ -569,3 +611,9 @@ class KernelBody:
 
 
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
+
+
+def _on_index_alone(cond: ir.Expr) -> bool:
+    """Whether ``cond`` is computed from index values and constants alone (no load)."""
+    return not isinstance(cond, ir.Rendered) and any(isinstance(e, ir.IndexValue) for e in ir.walk(cond)) and all(
+        isinstance(e, (ir.IndexValue, ir.Constant, ir.Op)) for e in ir.walk(cond))

@@ -345,9 +345,12 @@ class IRBuilder:
     def _memory_reads(self, value: ir.Expr, ranges: dict[sympy.Symbol, int],
                       depth: int) -> list[tuple[ir.View, list[sympy.Expr]]]:
         """The (view, index) of each load in ``value`` from memory, a pointwise node's loads in
-        place of a load of its buffer, ``depth`` levels down (a chain longer than that adds
-        nothing: the layout a pointwise node was given is not what a kernel that computes it
-        in registers reads)."""
+        place of a load of its buffer, ``depth`` levels down. Past that depth a pointwise node
+        stands for itself, in the layout it was given: the sum of a long chain of full-size
+        nodes (the gradient of a layer norm's input, added to the residual's) must not be
+        judged by the per-row statistics alone that the chain reaches within ``depth`` (Swin's
+        patch-norm bias gradient, split in 4 chunks of 50176 rows as if its rows ran along
+        memory, ran 6 programs: 2.1 ms, 0% of its floor on an H200)."""
         producers = self._pointwise_producers()
         out = []
         for load in ir.loads(value)[:_READ_LOADS]:
@@ -358,7 +361,8 @@ class IRBuilder:
             if producer is None:  # in memory: an input, a constant, an ATen result, a reduction's
                 out.append((load.view, index))
                 continue
-            if depth == 0:  # a pointwise node's layout says nothing of what the kernel will read
+            if depth == 0:
+                out.append((load.view, index))
                 continue
             pindex = producer_index(producer, load.view, index, ranges)
             pvars = indexing.loop_vars("i", len(producer.buffer.sizes))
