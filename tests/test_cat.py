@@ -129,6 +129,37 @@ def test_a_computed_part_is_addressed_within_its_part(shape: tuple[int, ...]) ->
         assert offset.count("//") <= 1 and offset.count("%") <= 1, line
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("tokens", [9, 33])
+def test_a_part_of_a_tiled_kernel_is_addressed_within_its_part(tokens: int, dtype: torch.dtype) -> None:
+    # EVA-02's rotary embedding: the class token passed through, the other tokens rotated in
+    # pairs, q a view of the qkv projection. The kernel is tiled (rows of tokens, columns of
+    # head dims), where the part's position reads (y_index + x_inner // 16) % tokens until
+    # simplified as the loads' offsets are; unsimplified it was not found in them, and each
+    # rotated load took its token as ((n % tokens) + tokens - 2) % (tokens - 1) with carries
+    # into the head and batch
+    batch, heads, dim = 2, 2, 16
+
+    def rot(x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([-x[..., 1::2], x[..., ::2]], -1).reshape(x.shape)
+
+    def rotary(qkv: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        q = qkv.reshape(batch, tokens, 3, heads, dim).permute(2, 0, 3, 1, 4)[0]
+        sin, cos = emb.tensor_split(2, -1)
+        return torch.cat([q[:, :, :1], q[:, :, 1:] * cos + rot(q[:, :, 1:]) * sin], dim=2)
+
+    qkv = torch.randn(batch * tokens, 3 * heads * dim).to(dtype)
+    emb = torch.randn(tokens - 1, 2 * dim).to(dtype)
+    check_lowered(rotary, qkv, emb)
+    assert kernel_count() == 1
+    (source,) = kernels().values()
+    assert "y_index" in source  # tiled
+    assert f"% {tokens - 1})" not in source and f"// {3 * (tokens - 1)})" not in source, source
+    # the pairs, -x[2i + 1] and x[2i], from contiguous loads (KernelBody._pair_load)
+    loads = [line for line in source.splitlines() if "tl.load(" in line]
+    assert all("// 2)" not in line for line in loads) and source.count("th.pair_take_2d(") == 2, source
+
+
 def test_computed_parts_along_a_reduced_dim() -> None:
     # the parts' ranges run along the reduction: a per-row part (broadcast along the row) is
     # read under a mask that varies along it

@@ -4,7 +4,8 @@ The suite runs every kernel in Triton's interpreter, which accepts some code tha
 compiler rejects (and the other way round). Here the kernels of a set of graphs are generated with
 the GPU's launch configs and compiled, by Triton's own compiler and ``ptxas``, for an sm_90 target
 (an H100): the configs, the Welford accumulators, the tiled transposes, masked gathers, argmax,
-the clamped windows of pooling and upsampling, column blocks within a sample's channels, the
+the clamped windows of pooling and upsampling, column blocks within a sample's channels, pairs
+of neighbours taken in registers from vector loads (an interleaved rotary embedding), the
 ``gdc_wait`` of programmatic dependent launch, and the candidates of ``mode="max-autotune"``. A
 child process does it, so that Triton and our helpers are set up for compiled kernels from the
 start. Skipped where this Triton has no NVIDIA backend or no ``ptxas``, and on a machine
@@ -107,9 +108,13 @@ GRAPHS = {
         lambda x: x.float().mean((2, 3)), [torch.randn(64, 144, 28, 28, dtype=torch.bfloat16).contiguous(memory_format=cl)]),
     "bilinear upsampling backward, clamped windows": (
         resample_backward, [torch.randn(2, 3, 7, 9), torch.randn(2, 3, 10, 13)]),
+    "interleaved rotary pairs taken in registers (th.pair_take)": (
+        lambda x, s, c: x * c + torch.stack([-x[..., 1::2], x[..., ::2]], -1).flatten(-2) * s,
+        [torch.randn(4, 64, 64, dtype=torch.bfloat16), torch.randn(64, 64, dtype=torch.bfloat16),
+         torch.randn(64, 64, dtype=torch.bfloat16)]),
 }
 target = GPUTarget("cuda", 90, 32)
-count = variants = 0
+count = variants = pairs = 0
 for name, (fn, args) in GRAPHS.items():
     gm = make_fx(fn, decomposition_table=decomposition_table())(*args)
     graph, _ = lowering.lower(gm, args, "g")
@@ -130,9 +135,14 @@ for name, (fn, args) in GRAPHS.items():
         # pointers 16-byte aligned, as Triton specializes them at a launch (vector loads)
         aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(jit.arg_names) if signature[a][0] == "*"}
         try:
-            triton.compile(ASTSource(jit, signature, constants, attrs=aligned), target=target, options=options)
+            compiled = triton.compile(ASTSource(jit, signature, constants, attrs=aligned), target=target,
+                                      options=options)
         except Exception as exc:
             raise SystemExit(f"{name}: {kernel.name} does not compile: {exc}\n{kernel.source}")
+        if "th.pair_take" in kernel.source:  # bf16 pairs: loads of 4 bytes or more
+            assert re.search(r"ld\.global\S*\.(v[24]\.)?b32", compiled.asm["ptx"]), (
+                re.findall(r"ld\.global\S*", compiled.asm["ptx"]), kernel.source)
+            pairs += 1
         count += 1
 
 
@@ -171,7 +181,7 @@ for dtype in (torch.float32, torch.bfloat16):  # (half-precision lists rounded a
         wide = re.findall(r"(?:ld|st)\.global\.v4\.b32", compiled.asm["ptx"])
         assert bool(wide) == aligned, (aligned, call.args[0])
         count += 1
-print("compiled", count, "variants", variants)
+print("compiled", count, "variants", variants, "pairs", pairs)
 '''
 
 
@@ -199,6 +209,7 @@ def test_generated_kernels_compile_for_sm90() -> None:
     compiled = int(proc.stdout.split("compiled", 1)[1].split()[0])
     variants = int(proc.stdout.split("variants", 1)[1].split()[0])
     assert compiled >= 12 and variants >= 12, proc.stdout
+    assert int(proc.stdout.split("pairs", 1)[1].split()[0]) >= 1, proc.stdout
 
 
 @pytest.mark.skipif(not _can_compile_for_sm90(), reason="this Triton cannot compile for an NVIDIA GPU here")

@@ -296,3 +296,47 @@ def test_a_where_on_data_keeps_its_loads_unmasked() -> None:
     (src,) = kernels().values()
     loads = [line for line in src.splitlines() if "tl.load(" in line]
     assert len(loads) == 2 and all(line.rstrip(")").endswith("xmask, other=0") for line in loads), src
+
+
+def _pairs_backward(g: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    # the backward of an interleaved rotary embedding (x * cos + rot(x) * sin, rot(x) pairing
+    # (-x[2i + 1], x[2i])): t = g * sin read in pairs, scattered into every other position
+    t = (g * sin).unflatten(-1, (-1, 2))
+    z = torch.zeros_like(g)
+    evens = torch.slice_scatter(z, t[..., 1], dim=-1, start=0, step=2)
+    odds = torch.slice_scatter(z, -t[..., 0], dim=-1, start=1, step=2)
+    return g * cos + evens + odds
+
+
+@pytest.mark.parametrize("shape", [(6, 3, 64), (5, 16), (2, 7, 6)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_scatter_with_a_step_of_two_reads_its_pairs_at_once(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    # Where a branch of the where is taken its slice_scatter's source index is in the slice
+    # (no clamp: KernelBody._branch_facts), and the pairs are read by one contiguous load each,
+    # their element taken in registers (th.pair_take), not element by element at 2 * (d // 2)
+    # + 1 and at the odd lanes' 2 * ((d + 1) // 2) - 2. g arrives transposed in its first dims
+    # (3-d), or as a slice of wider rows (2-d).
+    if len(shape) == 3:
+        g = torch.randn(shape[1], shape[0], shape[2], dtype=dtype).transpose(0, 1)
+    else:
+        g = torch.randn(shape[0], shape[1] + 2, dtype=dtype)[:, 2:]
+    sin, cos = torch.randn(shape[-1], dtype=dtype), torch.randn(shape[-1], dtype=dtype)
+    check(_pairs_backward, g, sin, cos)
+    assert kernel_count() == 1, fusebackend.last_compiled().schedule
+    (src,) = kernels().values()
+    loads = [line for line in src.splitlines() if "tl.load(" in line]
+    assert all("tl.where(" not in line and "// 2)" not in line for line in loads), src
+    assert src.count("th.pair_take") == 4, src  # g and sin, element 1 for the evens and 0 for the odds
+
+
+def test_a_pair_read_whose_other_element_leaves_the_tensor_stays_a_gather() -> None:
+    # x[:, ::2] of rows of 7, each element twice: the pairs' other elements are x[:, 1::2] and,
+    # after the last, the next row's first, past the tensor's end after the last row; the load
+    # reads 2 * (d // 2) as it is
+    x = torch.randn(3, 7)
+    check(lambda x: torch.stack([x[:, ::2], -x[:, ::2]], -1).flatten(1) * 2.0, x)
+    (src,) = kernels().values()
+    assert "pair_take" not in src and "2*((xindex % 8) // 2)" in src, src
+    # rows of 8: every pair is whole, and the load is one contiguous block
+    check(lambda x: torch.stack([x[:, ::2], -x[:, ::2]], -1).flatten(1) * 2.0, torch.randn(3, 8))
+    assert any("pair_take" in s for s in kernels().values())

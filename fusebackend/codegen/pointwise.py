@@ -117,6 +117,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
     launch = launch or runtime.pointwise_config(size_hint(numel), max((b.dtype.itemsize for b in buffers), default=4))
     # a symbolic extent is a multiple of the block only where proven (its Mod is 0): else masked
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
+    body.lanes = (X, launch["XBLOCK"])  # blocks start at multiples of XBLOCK (KernelBody._pair_load)
     stores, outputs, in_place = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     symbols = body.size_params()
@@ -324,6 +325,8 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     body.rank = 2
     body.element_loads = False
     body.x_zero = "0 * y_index + 0 * x_inner"
+    if x_ragged is None or tile.inner % 2 == 0:  # every block starts at an even column
+        body.lanes = (X_INNER, launch["XBLOCK"])
     tiled = {X: tile.substitute()}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
     stores, outputs, in_place = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")

@@ -90,6 +90,23 @@ def as_bool(x):
 
 
 @triton.jit
+def pair_take(x, c: tl.constexpr):
+    """Element ``c`` (0 or 1) of each pair of neighbours along a 1-d block, given to both: what
+    a load at ``2 * (i // 2) + c`` reads, from one contiguous load (``KernelBody._pair_load``)."""
+    even, odd = tl.split(tl.reshape(x, [x.shape[0] // 2, 2]))
+    taken = odd if c else even
+    return tl.reshape(tl.join(taken, taken), [x.shape[0]])
+
+
+@triton.jit
+def pair_take_2d(x, c: tl.constexpr):
+    """``pair_take`` along the last axis of a 2-d block."""
+    even, odd = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
+    taken = odd if c else even
+    return tl.reshape(tl.join(taken, taken), [x.shape[0], x.shape[1]])
+
+
+@triton.jit
 def combine_sum(a, b):
     return a + b
 

@@ -235,8 +235,8 @@ def slice_scatter(
     if last < n - 1:
         inside.append(_compare("le", v, last, ctx))
     offset = Clamp(v - first, 0, last - first)
-    if step > 1:
-        inside.append(_compare("eq", ModIdx(offset, step), 0, ctx))
+    if step > 1:  # (v - first) % step == 0, on a non-negative index: no clamp to compute first
+        inside.append(_compare("eq", ModIdx(v + (-first) % step, step), 0, ctx))
     idx = list(ctx.vars)
     idx[dim] = FloorDiv(offset, step)
     return _select(_all(inside), _read(ctx, src, idx), base)
