@@ -340,3 +340,19 @@ def test_a_pair_read_whose_other_element_leaves_the_tensor_stays_a_gather() -> N
     # rows of 8: every pair is whole, and the load is one contiguous block
     check(lambda x: torch.stack([x[:, ::2], -x[:, ::2]], -1).flatten(1) * 2.0, torch.randn(3, 8))
     assert any("pair_take" in s for s in kernels().values())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_pairs_are_read_at_once_in_a_column_reduction(dtype: torch.dtype) -> None:
+    # EVA-02's bias gradient: the rotary backward of three heads of 16, summed over the tokens
+    # of each batch, a head's 16 columns a block (their quotient by the head is the block's)
+    g = torch.randn(40, 3 * 16, dtype=dtype)
+    sin, cos = torch.randn(16, dtype=dtype), torch.randn(16, dtype=dtype)
+
+    def bias_gradient(g: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        dx = _pairs_backward(g.unflatten(-1, (3, 16)), sin, cos).flatten(-2)
+        return dx, dx.float().sum(0)
+
+    check(bias_gradient, g, sin, cos)
+    sources = "\n".join(kernels().values())
+    assert "tl.reduce" in sources and sources.count("th.pair_take_2d(") >= 4, sources

@@ -501,9 +501,7 @@ class KernelBody:
             return None
         inner = pair_of(paired[0])
         along = [t for t in sympy.Add.make_args(inner) if lane in t.free_symbols and not _pair_invariant(t, lane)]
-        if len(along) != 1 or not (along[0] == lane or (
-                isinstance(along[0], indexing.ModIdx) and along[0].args[0] == lane
-                and along[0].args[1].is_Integer and int(along[0].args[1]) % 2 == 0)):
+        if len(along) != 1 or not _pair_aligned(along[0], lane):
             return None  # the lane itself, or its remainder by an even size: pairs kept whole
         shift = 0
         for t in sympy.Add.make_args(inner):
@@ -755,12 +753,24 @@ class KernelBody:
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
 
 
+def _even(size: sympy.Expr) -> bool:
+    return size.is_Integer and int(size) % 2 == 0
+
+
+def _pair_aligned(e: sympy.Expr, lane: sympy.Symbol) -> bool:
+    """Whether ``e`` is ``lane``, or its remainder by an even size (of such a remainder): the
+    lanes of each pair (``2k``, ``2k + 1``) stay neighbours in it, the even one first."""
+    while isinstance(e, indexing.ModIdx) and _even(e.args[1]):
+        e = e.args[0]
+    return e == lane
+
+
 def _pair_invariant(t: sympy.Expr, lane: sympy.Symbol) -> bool:
-    """Whether ``t`` is the same for both lanes of each pair (``2k``, ``2k + 1``): it reads
-    ``lane`` only through quotients by even sizes."""
+    """Whether ``t`` is the same for both lanes of each pair: it reads ``lane`` only through
+    quotients of ``_pair_aligned`` values by even sizes."""
     stand_in = sympy.Dummy("pair", integer=True, nonnegative=True)
     quotients = {q: stand_in for q in t.atoms(indexing.FloorDiv)
-                 if q.args[0] == lane and q.args[1].is_Integer and int(q.args[1]) % 2 == 0}
+                 if _pair_aligned(q.args[0], lane) and _even(q.args[1])}
     return lane not in t.xreplace(quotients).free_symbols
 
 
@@ -768,8 +778,7 @@ def _same_parity(a: sympy.Expr, b: sympy.Expr, lane: sympy.Symbol) -> bool:
     """Whether ``a - b`` is even for every value of the variables: their difference, with a
     remainder of ``lane`` by an even size taken as ``lane`` itself, has even coefficients."""
     def plain(e: sympy.Expr) -> sympy.Expr:
-        return e.xreplace({m: lane for m in e.atoms(indexing.ModIdx)
-                           if m.args[0] == lane and m.args[1].is_Integer and int(m.args[1]) % 2 == 0})
+        return e.xreplace({m: lane for m in e.atoms(indexing.ModIdx) if _pair_aligned(m, lane)})
     diff = sympy.expand(plain(a) - plain(b))
     return all(t.as_coeff_Mul()[0].is_Integer and int(t.as_coeff_Mul()[0]) % 2 == 0
                for t in sympy.Add.make_args(diff) if t != 0)
