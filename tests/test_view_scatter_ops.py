@@ -298,6 +298,51 @@ def test_a_where_on_data_keeps_its_loads_unmasked() -> None:
     assert len(loads) == 2 and all(line.rstrip(")").endswith("xmask, other=0") for line in loads), src
 
 
+def _bn_pad_depthwise(x, mean, var, w, b, taps):
+    # inference batch norm and ReLU6, zero-padded, then a 3x3 depthwise convolution (the
+    # blocks of transformers' MobileNetV2 and EfficientNet, which pad as TensorFlow does)
+    y = F.hardtanh((x - mean[:, None, None]) * torch.rsqrt(var[:, None, None] + 1e-3) * w[:, None, None]
+                   + b[:, None, None], 0.0, 6.0)
+    return F.conv2d(F.pad(y, (1, 1, 1, 1)), taps, groups=x.shape[1])
+
+
+@pytest.mark.parametrize("shape, dtype, layout", [((2, 8, 9, 11), f32, "contiguous"), ((1, 3, 5, 4), bf16, "sliced"),
+                                                   ((2, 4, 1, 7), f32, "transposed")], ids=str)
+def test_a_padded_window_reads_each_per_channel_value_once(shape: tuple[int, ...], dtype: torch.dtype,
+                                                          layout: str) -> None:
+    # each of the convolution's 9 taps is a branch of the pad's where; the batch norm's four
+    # per-channel values are read unmasked by it (inside the tensor everywhere, and small), so
+    # that one load serves every tap: no per-channel address is loaded twice (x, the first
+    # load, is read at each tap, at one address for several where the image is one row high)
+    c = shape[1]
+    x = make(shape, dtype, layout)
+    mean, w, b = (torch.randn(c, dtype=dtype) for _ in range(3))
+    var, taps = (torch.rand(c) + 0.5).to(dtype), torch.randn(c, 1, 3, 3, dtype=dtype)
+    check(_bn_pad_depthwise, x, mean, var, w, b, taps)
+    assert kernel_count() == 1 and not fusebackend.metrics.fallbacks, fusebackend.last_compiled().schedule
+    (src,) = kernels().values()
+    addresses = [re.search(r"tl\.load\((in_ptr\d+ \+ \(.*?\))(?:, |\)$)", line).group(1)
+                 for line in src.splitlines() if "tl.load(" in line]
+    image = addresses[0].split(" + ")[0]
+    per_channel = [a for a in addresses if not a.startswith(image + " + ")]
+    assert len(per_channel) == len(set(per_channel)) == 4 + 9, src  # the four values, the 9 taps' weights
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding", [((2, 4, 9, 11), 3, 1, 1), ((1, 3, 12, 7), 3, 2, 1),
+                                                         ((2, 2, 10, 10), 5, 2, 2), ((1, 5, 2, 3), 5, 1, 2)], ids=str)
+def test_a_padded_window_addresses_its_taps_without_clamps(shape: tuple[int, ...], kernel: int, stride: int,
+                                                          padding: int) -> None:
+    # each tap's source index (a * w + s) is inside the image where the tap is taken, which
+    # its bounds prove (KernelBody._branch_facts): no tap's load clamps its index
+    c = shape[1]
+    x, taps = make(shape, f32, "transposed"), torch.randn(c, 1, kernel, kernel)
+    check(lambda x, t: F.conv2d(torch.relu(x), t, stride=stride, padding=padding, groups=c), x, taps)
+    assert kernel_count() == 1 and not fusebackend.metrics.fallbacks, fusebackend.last_compiled().schedule
+    (src,) = kernels().values()
+    loads = [line for line in src.splitlines() if "tl.load(" in line]
+    assert len(loads) >= kernel * kernel and not [line for line in loads if "tl.where(" in line], src
+
+
 def _pairs_backward(g: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
     # the backward of an interleaved rotary embedding (x * cos + rot(x) * sin, rot(x) pairing
     # (-x[2i + 1], x[2i])): t = g * sin read in pairs, scattered into every other position
