@@ -333,7 +333,7 @@ def test_a_padded_window_reads_each_per_channel_value_once(shape: tuple[int, ...
 def test_a_padded_window_addresses_its_taps_without_clamps(shape: tuple[int, ...], kernel: int, stride: int,
                                                           padding: int) -> None:
     # each tap's source index (a * w + s) is inside the image where the tap is taken, which
-    # its bounds prove (KernelBody._branch_facts): no tap's load clamps its index
+    # its bounds prove (codegen.branches.branch_facts): no tap's load clamps its index
     c = shape[1]
     x, taps = make(shape, f32, "transposed"), torch.randn(c, 1, kernel, kernel)
     check(lambda x, t: F.conv2d(torch.relu(x), t, stride=stride, padding=padding, groups=c), x, taps)
@@ -357,7 +357,7 @@ def _pairs_backward(g: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> to
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_a_scatter_with_a_step_of_two_reads_its_pairs_at_once(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     # Where a branch of the where is taken its slice_scatter's source index is in the slice
-    # (no clamp: KernelBody._branch_facts), and the pairs are read by one contiguous load each,
+    # (no clamp: codegen.branches.branch_facts), and the pairs are read by one contiguous load each,
     # their element taken in registers (th.pair_take), not element by element at 2 * (d // 2)
     # + 1 and at the odd lanes' 2 * ((d + 1) // 2) - 2. g arrives transposed in its first dims
     # (3-d), or as a slice of wider rows (2-d).

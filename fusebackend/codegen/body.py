@@ -21,21 +21,17 @@ import sympy
 import torch
 
 from fusebackend import indexing, indexing_signed, ir
-from fusebackend.codegen import fast_math, pairs
+from fusebackend.codegen import branches, fast_math, pairs
 from fusebackend.codegen.kernel_header import sizes_in
 from fusebackend.codegen.triton_ops import LITERAL_ARGS, TRITON_DTYPE, render_literal, render_op, takes_tensors
 from fusebackend.scheduler import KernelPlan
 from fusebackend.inlining import producer_index
 from fusebackend.scheduler.space import R, X, KernelSpace
-from fusebackend.sizevars import size_hint
 
 INT32_MAX = 2**31 - 1
 XOFFSET = indexing.var("xoffset")  # the first xindex of the block (a multiple of XBLOCK)
 ROFFSET = indexing.var("roffset")  # the first rindex of a looped kernel's block
 _STARTS = frozenset({XOFFSET, ROFFSET})
-# A branch's load of a tensor with at most 1/this of the kernel's elements is not masked by the
-# branch where its indices stay inside the tensor (``KernelBody._masked_by_branch``).
-BRANCH_UNMASKED = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +113,7 @@ class KernelBody:
         # the condition under which a branch of a ``where`` on the index alone is used (a
         # select_scatter's or a slice_scatter's part): its memory loads are masked by it where
         # they vary along its dims, so that blocks outside the part read nothing; what the
-        # condition proves narrows the branch's indices (``_branch_facts``), which may then
+        # condition proves narrows the branch's indices (``branches.branch_facts``), which may then
         # fall outside the buffer where it is false
         self.branch: str | None = None
         # what the guard proves about the index: (an index expression, a stand-in symbol, its
@@ -315,8 +311,8 @@ class KernelBody:
             return self.load(expr, subst)
         if isinstance(expr, ir.IndirectLoad):
             return self.indirect_load(expr, subst)
-        if expr.name == "where" and _on_index_alone(expr.args[0]) and any(ir.loads(a) for a in expr.args[1:]):
-            return self._where_in_branches(expr, subst)
+        if expr.name == "where" and branches.on_index_alone(expr.args[0]) and any(ir.loads(a) for a in expr.args[1:]):
+            return branches.where_in_branches(self, expr, subst)
         if expr.name == "checked_position":
             return self._checked_position(expr, subst)
         if expr.name == "to" and isinstance(expr.args[0], ir.Load):
@@ -350,93 +346,7 @@ class KernelBody:
             text = f"th.as_bool({text})"
         return self._emit(text, dims)
 
-    def _where_in_branches(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
-        """``where(c, a, b)`` with ``c`` computed from the index alone: ``a``'s memory loads
-        masked by ``c`` and ``b``'s by its negation (``branch``). Swin's q, k and v gradients,
-        stacked by three select_scatters into a block of 288 columns and summed over its rows,
-        were read all three at every element: its 12 kernels took 1370 us a training step at
-        19% of their floor, now 861 us at 30% (H200, bf16, b64, 2026-12-02)."""
-        cond = self.value(expr.args[0], subst)
-        # not a literal (one branch taken everywhere), and not along the rows, where the
-        # positions a branch leaves out are few (a split's padded chunk) or scattered (a causal
-        # mask) and its loads may serve the kernel's other values, which would load them again
-        if cond not in self.dims or "r" in self.dims_of(cond):
-            return self.value(ir.Op("where", (ir.Rendered(cond, torch.bool),) + expr.args[1:], expr.dtype), subst)
-        outer, outer_narrowed, outer_even = self.branch, self.narrowed, self.even
-        branches = []
-        try:
-            for arg, negated in ((expr.args[1], False), (expr.args[2], True)):
-                if not ir.loads(arg):
-                    branches.append(None)
-                    continue
-                taken = self._bool(f"{cond} == 0", self.dims_of(cond)) if negated else cond
-                self.branch = taken if outer is None else self._bool(
-                    f"{outer} & {taken}", self.dims_of(outer) | self.dims_of(taken))
-                if not negated:
-                    narrowed, even = self._branch_facts(expr.args[0], subst)
-                    self.narrowed, self.even = outer_narrowed + narrowed, outer_even + even
-                else:
-                    self.narrowed, self.even = outer_narrowed, outer_even
-                branches.append(self.value(arg, subst))
-        finally:
-            self.branch, self.narrowed, self.even = outer, outer_narrowed, outer_even
-        args = [ir.Rendered(cond, torch.bool)] + [
-            a if r is None else ir.Rendered(r, a.dtype) for a, r in zip(expr.args[1:], branches)]
-        return self.value(ir.Op("where", tuple(args), expr.dtype), subst)
-
-    def _branch_facts(self, cond: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]
-                      ) -> tuple[tuple[tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size], ...],
-                                 tuple[sympy.Expr, ...]]:
-        """What ``cond`` proves where it holds: as ``narrowed`` entries, each index it bounds by
-        comparisons with constants (``i >= lo``, ``i <= hi``, joined by ``logical_and``) lies in
-        the interval they leave; and the indices it proves even (``i % 2 == 0``: ``even``). A slice_scatter's source index, clamped into the slice for the
-        elements outside it, needs no clamp where the element is inside: EVA-02's rotary
-        backward scatters into every other head dim, and its 12 kernels computed two clamps of
-        the head dim for each of their 3 loads an element. The branch's loads are masked by
-        ``cond`` (``load``, ``indirect_load``), so no lane forms an address outside where it
-        is false. An index times a positive constant plus a constant is bounded so too: a
-        padded window's tap at ``w + 2`` is taken where ``w + 2 < W + 1``, so its source
-        ``w + 1`` needs no clamp at the right edge, nor ``2 * w - 2`` (a window of stride 2)
-        where ``2 * w >= 2``. Comparisons of an index that is a sum of several are left out, as
-        in ``_part_narrowing``."""
-        found: dict[sympy.Expr, list[int | sympy.Expr]] = {}
-        evens: list[sympy.Expr] = []
-        stack = [cond]
-        while stack:
-            c = stack.pop()
-            if not isinstance(c, ir.Op):
-                continue
-            if c.name == "logical_and":
-                stack.extend(c.args)
-                continue
-            if c.name not in ("ge", "gt", "le", "lt", "eq") or not isinstance(c.args[0], ir.IndexValue):
-                continue
-            bound = c.args[1]
-            if not isinstance(bound, ir.Constant) or isinstance(bound.value, bool) or not isinstance(bound.value, int):
-                continue
-            e = self.simplify(sympy.sympify(c.args[0].index).xreplace(subst))
-            if c.name == "eq":  # a slice's step of 2: (i + k) % 2 == 0 where taken
-                if isinstance(e, indexing.ModIdx) and e.args[1] == 2 and bound.value == 0:
-                    evens.append(e.args[0])
-                continue
-            shift, e = e.as_coeff_Add()  # a * i + s against k bounds i by (k - s) / a
-            scale, e = e.as_coeff_Mul()
-            if not (shift.is_Integer and scale.is_Integer and scale > 0) or not (
-                    e.is_Symbol or isinstance(e, (indexing.FloorDiv, indexing.ModIdx))):
-                continue
-            interval = found.setdefault(e, list(indexing.bounds(e, self.ranges)))
-            a, k = int(scale), int(bound.value) - int(shift)
-            if c.name in ("ge", "gt"):  # a * i >= k (+ 1): i >= ceil(k / a)
-                interval[0] = max(interval[0], -(-(k + (c.name == "gt")) // a))
-            else:  # a * i <= k (- 1): i <= floor(k / a)
-                interval[1] = min(interval[1], (k - (c.name == "lt")) // a)
-        entries = []
-        for e, (lo, hi) in found.items():
-            if isinstance(lo, int) and isinstance(hi, int) and lo <= hi:
-                entries.append((e, indexing.var(f"part{len(self.narrowed) + len(entries)}"), lo, hi - lo + 1))
-        return tuple(entries), tuple(evens)
-
-    def _bool(self, text: str, dims: frozenset[str]) -> str:
+    def bool_temp(self, text: str, dims: frozenset[str]) -> str:
         """A bool temp; a scalar one made a tensor that the interpreter can use as a mask."""
         return self._emit(text if dims else f"th.as_bool({text})", dims)
 
@@ -462,31 +372,12 @@ class KernelBody:
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
         mask, dims, spread = self.guarded(self.mask(dims), dims)
         text += spread
-        if self.branch is not None and self.dims_of(self.branch) <= dims and self._masked_by_branch(view, idx):
+        if self.branch is not None and self.dims_of(self.branch) <= dims and branches.masked_by_branch(self, view, idx):
             mask = self.branch if mask is None else f"{self.branch} & {mask}"
         if mask is None:
             return self._emit(f"tl.load({ptr} + ({text}){hint})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
         return self._emit(f"tl.load({ptr} + ({text}), {mask}{other}{hint})", dims)
-
-    def _masked_by_branch(self, view: ir.View, idx: list[sympy.Expr]) -> bool:
-        """Whether a memory load in a branch of a ``where`` on the index alone is masked by the
-        branch's condition. It is, unless it reads a tensor of at most 1/``BRANCH_UNMASKED`` of
-        the kernel's elements (a per-channel scale: cached lines, no traffic to save) at
-        indices inside the tensor over the kernel's whole ranges. Such a load stays one
-        instruction for all the branches that read it: a padded depthwise convolution reads
-        its batch norm's four scales at each of its 9 taps, each tap a branch; masked, they
-        were 36 loads and 9 square roots an element where 4 and 1 do (transformers'
-        MobileNetV2, b64, bf16: 58 loads in its first block's kernel, 26 unmasked)."""
-        if view.distinct_elements() * BRANCH_UNMASKED > size_hint(self.space.xnumel * max(self.space.rnumel, 1)):
-            return True
-        for i, size in zip(idx, view.sizes):
-            if sizes_in(size):
-                return True
-            lo, hi = indexing.bounds(indexing.simplify(i, self.ranges), self.ranges)
-            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < int(size)):
-                return True
-        return False
 
     def _emit_pair_load(self, ptr: str, contiguous: sympy.Expr, taken: int, dims: frozenset[str]) -> str:
         hint = f", eviction_policy='{self.eviction}'" if self.eviction and dims == {"x", "r"} else ""
@@ -718,9 +609,3 @@ class KernelBody:
 
 
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf"})
-
-
-def _on_index_alone(cond: ir.Expr) -> bool:
-    """Whether ``cond`` is computed from index values and constants alone (no load)."""
-    return not isinstance(cond, ir.Rendered) and any(isinstance(e, ir.IndexValue) for e in ir.walk(cond)) and all(
-        isinstance(e, (ir.IndexValue, ir.Constant, ir.Op)) for e in ir.walk(cond))
