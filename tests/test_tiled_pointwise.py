@@ -315,3 +315,24 @@ def test_a_transpose_over_symbolic_sizes_is_tiled_and_masked() -> None:
     assert "masked at the stores" in source and ", ymask & xcmask)" in source
     assert "x_inner = tl.minimum(x_inner_raw, xsize - 1)" in source and "y_index = tl.minimum(y_index_raw, ysize - 1)" in source
     assert "xindex" not in source  # tiled: no flat index
+
+
+def _three_blocks(x: torch.Tensor) -> torch.Tensor:
+    # LongT5's local attention: each block of positions beside its two neighbours, the blocks
+    # padded at both ends (a pad, then a concatenation of three shifted slices)
+    nb = x.shape[1]
+    padded = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, 0, 1, 1))
+    return torch.cat([padded[:, i:i + nb] for i in range(3)], dim=2)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4, 16, 8), (1, 4, 8, 16, 32), (1, 3, 2, 16, 8)], ids=str)
+def test_a_tiled_kernel_whose_parts_are_one_per_program(shape: tuple[int, ...]) -> None:
+    # a transposed read makes the kernel tiled, and the pad's and the concatenation's parts are
+    # decided by the outer tile index alone (one value a program): their conditions are made
+    # tensors (th.as_bool), which the interpreter can use as the loads' masks (it ran the graph
+    # eagerly: "mask has unsupported dtype")
+    x = torch.randn(*shape).transpose(-1, -2)
+    check(_three_blocks, x)
+    assert kernel_count() == 1, fusebackend.last_compiled().schedule
+    (src,) = kernels().values()
+    assert "x_outer" in src and "th.as_bool(" in src, src

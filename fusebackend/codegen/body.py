@@ -75,7 +75,7 @@ class _Scope:
 # What a rendered value depends on besides its expression, substitution and guard: setting one
 # of these forgets every value rendered (KernelBody.__setattr__).
 _RENDER_STATE = frozenset({"ranges", "blocks", "lanes", "eviction", "x_symbols", "x_zero", "rank", "element_loads",
-                           "exact"})
+                           "exact", "program_scalars"})
 
 
 class KernelBody:
@@ -97,6 +97,11 @@ class KernelBody:
         self.exact = exact  # dims whose blocks tile the extent exactly: no mask
         self.eviction: str | None = None  # L2 hint for loads that vary along rows and positions
         self.x_symbols = frozenset({X})  # what "varies along x" means: a tiled kernel has three
+        # those of x_symbols that are one value a program (a tiled kernel's x_outer), and the
+        # temps computed from them alone: their comparisons are made tensors (th.as_bool), which
+        # Triton's interpreter can combine with a block into a mask
+        self.program_scalars: frozenset[sympy.Symbol] = frozenset()
+        self.scalar_temps: set[str] = set()
         self.x_zero = "0 * xindex"  # broadcasts a store offset that does not vary along x
         self.load_offsets: list[tuple[ir.Buffer, sympy.Expr]] = []  # memory loads, for tiling
         self.gathered: set[str] = set()  # buffers read by a gather (at run-time positions)
@@ -306,7 +311,10 @@ class KernelBody:
             dims = self.index_dims(idx)
             if not dims:
                 return self._emit(f"tl.full([], {indexing.pexpr(idx)}, {TRITON_DTYPE[expr.dtype]})", dims)
-            return self._emit(f"({indexing.pexpr(idx)}).to({TRITON_DTYPE[expr.dtype]})", dims)
+            name = self._emit(f"({indexing.pexpr(idx)}).to({TRITON_DTYPE[expr.dtype]})", dims)
+            if sympy.sympify(idx).free_symbols <= self.program_scalars:
+                self.scalar_temps.add(name)
+            return name
         if isinstance(expr, ir.Load):
             return self.load(expr, subst)
         if isinstance(expr, ir.IndirectLoad):
@@ -342,13 +350,21 @@ class KernelBody:
                     for a, x in zip(args, expr.args)]
         text = render_op(expr.name, args, expr.dtype, [a.dtype for a in expr.args])
         dims = frozenset().union(*(self.dims_of(a) for a in args))
-        if not dims and (expr.name in _COMPARISONS or (expr.name == "to" and expr.dtype == torch.bool)):
+        scalar = bool(dims) and all(a in self.scalar_temps or not self.dims_of(a) for a in args)
+        if (not dims or scalar) and (expr.name in _COMPARISONS or (expr.name == "to" and expr.dtype == torch.bool)):
             text = f"th.as_bool({text})"
-        return self._emit(text, dims)
+        name = self._emit(text, dims)
+        if scalar:
+            self.scalar_temps.add(name)
+        return name
 
-    def bool_temp(self, text: str, dims: frozenset[str]) -> str:
-        """A bool temp; a scalar one made a tensor that the interpreter can use as a mask."""
-        return self._emit(text if dims else f"th.as_bool({text})", dims)
+    def bool_temp(self, text: str, dims: frozenset[str], scalar: bool = False) -> str:
+        """A bool temp; a scalar one (no dims, or ``scalar``: computed from ``program_scalars``
+        alone) made a tensor that the interpreter can use as a mask."""
+        name = self._emit(text if dims and not scalar else f"th.as_bool({text})", dims)
+        if scalar and dims:
+            self.scalar_temps.add(name)
+        return name
 
     def load(self, expr: ir.Load, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         view = expr.view

@@ -52,9 +52,11 @@ def where_in_branches(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, s
             if not ir.loads(arg):
                 branches.append(None)
                 continue
-            taken = body.bool_temp(f"{cond} == 0", body.dims_of(cond)) if negated else cond
+            scalar = cond in body.scalar_temps
+            taken = body.bool_temp(f"{cond} == 0", body.dims_of(cond), scalar) if negated else cond
             body.branch = taken if outer is None else body.bool_temp(
-                f"{outer} & {taken}", body.dims_of(outer) | body.dims_of(taken))
+                f"{outer} & {taken}", body.dims_of(outer) | body.dims_of(taken),
+                scalar and outer in body.scalar_temps)
             if not negated:
                 narrowed, even = branch_facts(body, expr.args[0], subst)
                 body.narrowed, body.even = outer_narrowed + narrowed, outer_even + even

@@ -322,6 +322,7 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     outer = tile.outer if sizes_in(tile.outer) else max(tile.outer, 1)
     body.ranges = {X_OUTER: outer, Y_INDEX: tile.ysize, X_INNER: tile.inner}
     body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER})
+    body.program_scalars = frozenset({X_OUTER})
     body.rank = 2
     body.element_loads = False
     body.x_zero = "0 * y_index + 0 * x_inner"
