@@ -155,7 +155,7 @@ def test_a_part_of_a_tiled_kernel_is_addressed_within_its_part(tokens: int, dtyp
     (source,) = kernels().values()
     assert "y_index" in source  # tiled
     assert f"% {tokens - 1})" not in source and f"// {3 * (tokens - 1)})" not in source, source
-    # the pairs, -x[2i + 1] and x[2i], from contiguous loads (KernelBody._pair_load)
+    # the pairs, -x[2i + 1] and x[2i], from contiguous loads (codegen.pairs.pair_load)
     loads = [line for line in source.splitlines() if "tl.load(" in line]
     assert all("// 2)" not in line for line in loads) and source.count("th.pair_take_2d(") == 2, source
 

@@ -123,12 +123,12 @@ class KernelBody:
         self.branch: str | None = None
         # what the guard proves about the index: (an index expression, a stand-in symbol, its
         # least value, its extent) for each concatenation part being rendered (``_narrowing``)
-        self.narrowed: tuple[tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size], ...] = ()
+        self.narrowed: tuple[branches.Narrowed, ...] = ()
         self.even: tuple[sympy.Expr, ...] = ()  # indices a branch being rendered is taken only where even
         # index -> (block size, symbol of the block's start): see align_blocks
         self.blocks: dict[sympy.Symbol, tuple[int, sympy.Symbol]] = {}
         self.lanes: tuple[sympy.Symbol, int] | None = None  # see align_blocks
-        self._inlined_bodies: dict[tuple, ir.Expr] = {}  # see _inlined
+        self._inlined_bodies: dict[tuple, ir.Expr] = {}  # see inlined
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in _RENDER_STATE and "scopes" in self.__dict__:
@@ -190,23 +190,6 @@ class KernelBody:
         forward = {e: start + p for e, p, start, _ in self.narrowed}
         back = {p: e - start for e, p, start, _ in self.narrowed}
         return forward, back, {**self.ranges, **{p: extent for _, p, _, extent in self.narrowed}}
-
-    def _part_narrowing(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]
-                        ) -> tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size] | None:
-        """What a concatenation part's ``valid`` proves: its position ``e - start`` lies in
-        [0, the part's size), so ``e`` lies in [start, start + size). None where the position is
-        not one index expression plus a constant, or that expression is a sum (not one subtree
-        that substitution can find). The position is simplified as the loads' offsets are, so
-        that it is the subtree they hold: a tiled kernel's ``(y_index + x_inner // 64) % 257``
-        is their ``y_index % 257`` where ``x_inner < 64``."""
-        position = ir.affine_index(expr.position)
-        if position is None:
-            return None
-        shift, e = self.simplify(sympy.sympify(position).xreplace(subst)).as_coeff_Add()
-        if not shift.is_Integer or not (e.is_Symbol or isinstance(e, (indexing.FloorDiv, indexing.ModIdx))):
-            return None
-        p = indexing.var(f"part{len(self.narrowed)}")
-        return e, p, -int(shift), expr.view.sizes[expr.dim]
 
     def index(self, expr: sympy.Expr) -> sympy.Expr:
         expr = self.simplify(expr)
@@ -289,7 +272,7 @@ class KernelBody:
 
         An expression object rendered before with the same substitution and guard, in this scope
         or one around it, gives the same temporary without being walked again. Inlined producers
-        make a kernel's expressions a graph that shares subtrees (``_inlined`` hands every
+        make a kernel's expressions a graph that shares subtrees (``inlined`` hands every
         consumer of one element the same body): walked as a tree, a chain of producers each read
         twice is rendered exponentially often, although CSE names it once."""
         if isinstance(expr, ir.Constant):
@@ -371,7 +354,7 @@ class KernelBody:
         idx = [sympy.sympify(i).xreplace(subst) for i in expr.index]
         producer = self.producers.get(view.buffer.name)
         if producer is not None:
-            return self.value(self._as_stored(producer, self._inlined(producer, view, idx)), {})
+            return self.value(self.as_stored(producer, self.inlined(producer, view, idx)), {})
         raw = indexing.ravel(idx, view.strides, view.offset)
         offset = self.index(raw)
         self.load_offsets.append((view.buffer, offset))
@@ -425,7 +408,7 @@ class KernelBody:
         """
         view = expr.view
         if view.buffer.name in self.producers:
-            return self._inlined_part(expr, subst)
+            return branches.inlined_part(self, expr, subst)
         gathered = {d for d, _ in expr.positions}
         idx = [sympy.Integer(0) if d in gathered else sympy.sympify(i).xreplace(subst) for d, i in enumerate(expr.index)]
         affine = [ir.affine_index(p) for _, p in expr.positions]
@@ -477,34 +460,6 @@ class KernelBody:
             return self._emit(f"tl.load({address})", dims)
         other = ", other=0" if view.dtype != torch.bool else ""
         return self._emit(f"tl.load({address}, {mask}{other})", dims)
-
-    def _inlined_part(self, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
-        """A load at computed positions (a concatenation's part) of a buffer computed in this
-        kernel: the producer's value there, rendered under ``valid`` (its memory loads masked by
-        it, since its indices run outside the part where it is false), and 0 where it is false.
-        The scheduler fuses only such loads (``scheduler.space._check_rows``); gathers read memory."""
-        idx = expr.computed_index()
-        assert idx is not None, "gathers read from memory"
-        producer = self.producers[expr.view.buffer.name]
-        here = [sympy.sympify(i).xreplace(subst) for i in idx]
-        if expr.valid is None:
-            return self.value(self._as_stored(producer, self._inlined(producer, expr.view, here)), {})
-        valid = self.value(expr.valid, subst)
-        outer, outer_narrowed = self.guard, self.narrowed
-        self.guard = valid
-        if outer is not None:  # a part of a part (nested concatenations)
-            self.guard = self._emit(f"{outer} & {valid}", self.dims_of(outer) | self.dims_of(valid))
-        narrowing = self._part_narrowing(expr, subst)
-        if narrowing is not None:
-            self.narrowed = outer_narrowed + (narrowing,)
-        try:
-            value = self._as_stored(producer, self._inlined(producer, expr.view, here))
-            inner = self.value(value, {})
-        finally:
-            self.guard, self.narrowed = outer, outer_narrowed
-        dtype = producer.buffer.dtype
-        return self.value(ir.Op("where", (ir.Rendered(valid, torch.bool), ir.Rendered(inner, dtype),
-                                          ir.Constant(ir._convert_scalar(0, dtype), dtype)), dtype), {})
 
     def _checked_position(self, expr: ir.Op, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
         """A position taken from data, asserted in [0, size) wherever the kernel evaluates it,
@@ -560,7 +515,7 @@ class KernelBody:
             text += f" + {self.x_zero}" if d == "x" else " + 0 * rindex"
         return text
 
-    def _inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:
+    def inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:
         """The IR expression for ``producer``'s value at element ``view[idx]``."""
         if isinstance(producer, ir.Reduction):
             # the scheduler proved every in-kernel load of a reduction addresses the current row
@@ -586,10 +541,10 @@ class KernelBody:
         if producer is None:
             return None
         idx = [sympy.sympify(i).xreplace(subst) for i in load.index]
-        return self._as_stored(producer, self._inlined(producer, load.view, idx))
+        return self.as_stored(producer, self.inlined(producer, load.view, idx))
 
     @staticmethod
-    def _as_stored(producer: ir.Node, value: ir.Expr) -> ir.Expr:
+    def as_stored(producer: ir.Node, value: ir.Expr) -> ir.Expr:
         """An in-kernel producer's value as its consumers would read it from memory.
 
         A half-precision value is computed in fp32 registers; eager rounds it to its dtype before

@@ -1,11 +1,12 @@
-"""The branches of a ``where`` on the index alone, rendered apart (``KernelBody.value``).
+"""What a value is rendered under: a ``where``'s branch on the index alone, and a concatenation
+part's guard (``KernelBody.branch``, ``KernelBody.guard``).
 
 A select_scatter's, a slice_scatter's and a pad's value, and a padded window's taps (a
 depthwise convolution's, a pool's), are ``where(c, a, b)`` with ``c`` computed from the index
-alone. Each branch is rendered under its condition (``KernelBody.branch``): its memory loads
-are masked by it, so that blocks outside the branch read nothing of it, and what the condition
-proves narrows its indices (a clamp that keeps a source index inside the tensor elsewhere is
-not needed where the branch is taken).
+alone; a concatenation's part is read where its ``valid`` holds. Each branch or part is
+rendered under its condition: its memory loads are masked by it, so that blocks outside it read
+nothing of it, and what the condition proves narrows its indices (``KernelBody.narrowed``: a
+clamp that keeps a source index inside the tensor elsewhere is not needed there).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from fusebackend.sizevars import size_hint
 
 if TYPE_CHECKING:
     from fusebackend.codegen.body import KernelBody
+
+# an index expression, the symbol standing for its offset from its least value, that value and
+# its extent (``KernelBody.narrowed``)
+Narrowed = tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size]
 
 # A branch's load of a tensor with at most 1/this of the kernel's elements is not masked by the
 # branch where its indices stay inside the tensor (``masked_by_branch``).
@@ -69,21 +74,22 @@ def where_in_branches(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, s
         a if r is None else ir.Rendered(r, a.dtype) for a, r in zip(expr.args[1:], branches)]
     return body.value(ir.Op("where", tuple(args), expr.dtype), subst)
 
+
 def branch_facts(body: KernelBody, cond: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]
-                  ) -> tuple[tuple[tuple[sympy.Expr, sympy.Symbol, indexing.Size, indexing.Size], ...],
-                             tuple[sympy.Expr, ...]]:
+                 ) -> tuple[tuple[Narrowed, ...], tuple[sympy.Expr, ...]]:
     """What ``cond`` proves where it holds: as ``narrowed`` entries, each index it bounds by
     comparisons with constants (``i >= lo``, ``i <= hi``, joined by ``logical_and``) lies in
-    the interval they leave; and the indices it proves even (``i % 2 == 0``: ``even``). A slice_scatter's source index, clamped into the slice for the
-    elements outside it, needs no clamp where the element is inside: EVA-02's rotary
+    the interval they leave; and the indices it proves even (``i % 2 == 0``: ``even``). A
+    slice_scatter's source index, clamped into the slice for the elements outside it, needs no
+    clamp where the element is inside: EVA-02's rotary
     backward scatters into every other head dim, and its 12 kernels computed two clamps of
     the head dim for each of their 3 loads an element. The branch's loads are masked by
     ``cond`` (``load``, ``indirect_load``), so no lane forms an address outside where it
     is false. An index times a positive constant plus a constant is bounded so too: a
     padded window's tap at ``w + 2`` is taken where ``w + 2 < W + 1``, so its source
     ``w + 1`` needs no clamp at the right edge, nor ``2 * w - 2`` (a window of stride 2)
-    where ``2 * w >= 2``. Comparisons of an index that is a sum of several are left out, as
-    in ``_part_narrowing``."""
+    where ``2 * w >= 2``. Comparisons of an index that is a sum of several are left out
+    (``_one_index``)."""
     found: dict[sympy.Expr, list[int | sympy.Expr]] = {}
     evens: list[sympy.Expr] = []
     stack = [cond]
@@ -106,8 +112,7 @@ def branch_facts(body: KernelBody, cond: ir.Expr, subst: dict[sympy.Symbol, symp
             continue
         shift, e = e.as_coeff_Add()  # a * i + s against k bounds i by (k - s) / a
         scale, e = e.as_coeff_Mul()
-        if not (shift.is_Integer and scale.is_Integer and scale > 0) or not (
-                e.is_Symbol or isinstance(e, (indexing.FloorDiv, indexing.ModIdx))):
+        if not (shift.is_Integer and scale.is_Integer and scale > 0 and _one_index(e)):
             continue
         interval = found.setdefault(e, list(indexing.bounds(e, body.ranges)))
         a, k = int(scale), int(bound.value) - int(shift)
@@ -140,3 +145,54 @@ def masked_by_branch(body: KernelBody, view: ir.View, idx: list[sympy.Expr]) -> 
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo and hi < int(size)):
             return True
     return False
+
+
+def _one_index(e: sympy.Expr) -> bool:
+    """Whether ``e`` is one index expression (not a sum of several): one subtree that
+    substitution finds in the offsets it narrows."""
+    return e.is_Symbol or isinstance(e, (indexing.FloorDiv, indexing.ModIdx))
+
+
+def part_narrowing(body: KernelBody, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]
+                   ) -> Narrowed | None:
+    """What a concatenation part's ``valid`` proves: its position ``e - start`` lies in [0, the
+    part's size), so ``e`` lies in [start, start + size). None where the position is not one
+    index expression plus a constant. The position is simplified as the loads' offsets are, so
+    that it is the subtree they hold: a tiled kernel's ``(y_index + x_inner // 64) % 257`` is
+    their ``y_index % 257`` where ``x_inner < 64``."""
+    position = ir.affine_index(expr.position)
+    if position is None:
+        return None
+    shift, e = body.simplify(sympy.sympify(position).xreplace(subst)).as_coeff_Add()
+    if not shift.is_Integer or not _one_index(e):
+        return None
+    return e, indexing.var(f"part{len(body.narrowed)}"), -int(shift), expr.view.sizes[expr.dim]
+
+
+def inlined_part(body: KernelBody, expr: ir.IndirectLoad, subst: dict[sympy.Symbol, sympy.Expr]) -> str:
+    """A load at computed positions (a concatenation's part) of a buffer computed in this
+    kernel: the producer's value there, rendered under ``valid`` (its memory loads masked by
+    it, since its indices run outside the part where it is false), and 0 where it is false.
+    The scheduler fuses only such loads (``scheduler.space._check_rows``); gathers read memory."""
+    idx = expr.computed_index()
+    assert idx is not None, "gathers read from memory"
+    producer = body.producers[expr.view.buffer.name]
+    here = [sympy.sympify(i).xreplace(subst) for i in idx]
+    if expr.valid is None:
+        return body.value(body.as_stored(producer, body.inlined(producer, expr.view, here)), {})
+    valid = body.value(expr.valid, subst)
+    outer, outer_narrowed = body.guard, body.narrowed
+    body.guard = valid
+    if outer is not None:  # a part of a part (nested concatenations)
+        body.guard = body.bool_temp(f"{outer} & {valid}", body.dims_of(outer) | body.dims_of(valid),
+                                    outer in body.scalar_temps and valid in body.scalar_temps)
+    narrowing = part_narrowing(body, expr, subst)
+    if narrowing is not None:
+        body.narrowed = outer_narrowed + (narrowing,)
+    try:
+        inner = body.value(body.as_stored(producer, body.inlined(producer, expr.view, here)), {})
+    finally:
+        body.guard, body.narrowed = outer, outer_narrowed
+    dtype = producer.buffer.dtype
+    return body.value(ir.Op("where", (ir.Rendered(valid, torch.bool), ir.Rendered(inner, dtype),
+                                      ir.Constant(ir._convert_scalar(0, dtype), dtype)), dtype), {})

@@ -117,7 +117,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
     launch = launch or runtime.pointwise_config(size_hint(numel), max((b.dtype.itemsize for b in buffers), default=4))
     # a symbolic extent is a multiple of the block only where proven (its Mod is 0): else masked
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
-    body.lanes = (X, launch["XBLOCK"])  # blocks start at multiples of XBLOCK (KernelBody._pair_load)
+    body.lanes = (X, launch["XBLOCK"])  # blocks start at multiples of XBLOCK (codegen.pairs.pair_load)
     stores, outputs, in_place = _stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     symbols = body.size_params()

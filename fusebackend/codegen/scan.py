@@ -60,10 +60,10 @@ class _ScanBody(KernelBody):
     """A kernel body whose loads of an in-kernel scan give that scan's value at the element
     being computed."""
 
-    def _inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:
+    def inlined(self, producer: ir.Node, view: ir.View, idx: list[sympy.Expr]) -> ir.Expr:
         if isinstance(producer, ir.Scan):
             return self.row_values[producer.name]
-        return super()._inlined(producer, view, idx)
+        return super().inlined(producer, view, idx)
 
 
 def generate_scan(plan: KernelPlan, index: int, pdl: bool = False,

@@ -92,7 +92,7 @@ def as_bool(x):
 @triton.jit
 def pair_take(x, c: tl.constexpr):
     """Element ``c`` (0 or 1) of each pair of neighbours along a 1-d block, given to both: what
-    a load at ``2 * (i // 2) + c`` reads, from one contiguous load (``KernelBody._pair_load``)."""
+    a load at ``2 * (i // 2) + c`` reads, from one contiguous load (``codegen.pairs.pair_load``)."""
     even, odd = tl.split(tl.reshape(x, [x.shape[0] // 2, 2]))
     taken = odd if c else even
     return tl.reshape(tl.join(taken, taken), [x.shape[0]])

@@ -516,7 +516,7 @@ def cat(ctx: LoweringContext, tensors: Any, dim: int = 0) -> Expr:
     Every input is read at a position computed from the index, under the condition that the
     position falls in it (``IndirectLoad.valid``), so each element is read once. An input
     computed in the same graph can be computed in the concatenating kernel: its loads are then
-    masked by that condition (``KernelBody._inlined_part``), so a rotary embedding's negated
+    masked by that condition (``codegen.branches.inlined_part``), so a rotary embedding's negated
     half, rotation and pass-through make one kernel. Over symbolic sizes the parts' bounds are
     expressions in the size symbols, taken by the kernel as arguments; a part whose size is an
     expression stays (it may be empty at some sizes, where its condition is never true).
