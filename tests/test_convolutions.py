@@ -200,6 +200,31 @@ def test_a_window_does_not_recompute_a_costly_producer_at_each_position() -> Non
     assert fallbacks() == {"convolution": 2}  # the expansion and the projection: cuDNN's
 
 
+class PaddedInvertedResidual(InvertedResidual):
+    """The same block padded as TensorFlow pads (transformers' MobileNetV2 and EfficientNet):
+    a zero pad, then the depthwise convolution without padding of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw.padding = (0, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.pad(F.hardswish(self.bn1(self.expand(x))), (1, 1, 1, 1))
+        y = self.se(F.hardswish(self.bn2(self.dw(y))))
+        return x + self.project(y)
+
+
+def test_a_pad_between_a_producer_and_a_window_does_not_hide_the_producer() -> None:
+    # the pad has a few more elements than the activation it pads: the activation's operations
+    # vary with the pad's elements (cost_model._one_to_one), and are not recomputed at each tap
+    torch.manual_seed(0)
+    block = PaddedInvertedResidual().eval()
+    with torch.no_grad():
+        check(block, torch.randn(2, 8, 6, 6))
+    report = fusebackend.last_compiled().schedule
+    assert "at 9 positions" in report and "per byte saved (most 8)" in report, report
+
+
 class GhostThenWindow(nn.Module):
     """timm's GhostNet bottleneck: a ghost module (a 1x1 convolution, then a 3x3 depthwise one
     over its output, the two concatenated), then a 5x5 depthwise convolution of stride 2."""

@@ -433,14 +433,29 @@ def _inner_window(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise],
     return None
 
 
+def _one_to_one(elements: int | sympy.Expr, size: int) -> bool:
+    """Whether a tensor of ``elements`` read by a node of ``size`` elements varies with it:
+    more than 1/``ONE_TO_ONE`` as many elements (its own size, a pad's or a crop's input),
+    where fewer are read broadcast (a per-channel value)."""
+    return size_hint(elements) * ONE_TO_ONE > size
+
+
+# A tensor read by a node of N elements varies with the node's elements where it has more than
+# N / this many (``_one_to_one``). A zero pad before a depthwise convolution (transformers'
+# MobileNetV2 and EfficientNet pad as TensorFlow does) has a few more elements than its input:
+# compared with the pad's size, its batch norm and activation counted 0 instructions an
+# element, and were evaluated again at each of the convolution's 9 taps.
+ONE_TO_ONE = 2
+
+
 def _varying_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) -> int:
     """The instructions an element of ``producer``'s distinct operations, through its in-kernel
-    producers, that depend on a value of its own size: those a window computes again at each
-    position (``instructions.OP_INSTRUCTIONS``). A value read from a smaller tensor (a
-    per-channel one, or an in-kernel node of fewer elements) is the same at every position,
-    and is computed once. A gather varies, and a gather of an in-kernel producer (a
-    concatenation of two computed halves) evaluates that producer at its positions: its ops
-    count."""
+    producers, that depend on a value that varies with its elements: those a window computes
+    again at each position (``instructions.OP_INSTRUCTIONS``). A value read from a much smaller
+    tensor (a per-channel one, or an in-kernel node of few elements: ``_one_to_one``) is the
+    same at every position, and is computed once. A gather varies, and a gather of an
+    in-kernel producer (a concatenation of two computed halves) evaluates that producer at its
+    positions: its ops count."""
     size = size_hint(producer.buffer.numel)
 
     def leaf(e: ir.Expr) -> bool | ir.Expr:
@@ -448,8 +463,8 @@ def _varying_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Poi
             inner = pointwise.get(e.view.buffer.name)
             if inner is not None:
                 # a gather of an in-kernel producer (a concatenation's part) evaluates it there
-                return inner.body if isinstance(e, ir.IndirectLoad) or size_hint(inner.buffer.numel) >= size else False
-            return isinstance(e, ir.IndirectLoad) or e.view.distinct_elements() >= size
+                return inner.body if isinstance(e, ir.IndirectLoad) or _one_to_one(inner.buffer.numel, size) else False
+            return isinstance(e, ir.IndirectLoad) or _one_to_one(e.view.distinct_elements(), size)
         return False
 
     return varying_instructions(producer.body, leaf)
