@@ -195,6 +195,17 @@ def test_the_depthwise_tiles_study_checks_each_variant() -> None:
     assert len(rows) == 3 and all(line.count("ok, error") == 6 for line in rows), out
 
 
+@pytest.mark.full  # a study's, about 10 s on 2 cores: pytest --full
+def test_the_padded_window_study_checks_each_variant() -> None:
+    # benchmarks/studies/padded_window_study.py: a padded depthwise block with the activation
+    # kept apart and evaluated at each tap, against the module in float32; at stride 1 the
+    # default keeps it apart (2 kernels), the rule before evaluated it at each tap (1)
+    _, out = _study_check("padded_window_study")
+    rows = [line for line in out.splitlines() if line.startswith("b2 ")]
+    assert len(rows) == 2 and all(line.count("ok, error") == 3 for line in rows), out
+    assert rows[0].endswith("2 / 1"), out
+
+
 @pytest.mark.full  # a study's, about 30 s on 2 cores: pytest --full
 def test_the_odd_rows_study_checks_each_variant() -> None:
     # benchmarks/studies/odd_rows_study.py: every block of each row length against torch.softmax

@@ -1,0 +1,150 @@
+"""Depthwise convolutions after a zero pad (TensorFlow's "same" padding, as transformers'
+MobileNetV2 and EfficientNet write it): the batch norm and ReLU6 before the pad kept apart
+from the window, or evaluated again at each of its taps.
+
+The window rule (``cost_model.window_recompute``) weighs the instructions a window adds by
+evaluating its producer at each position. A pad has a few more elements than the activation it
+pads, and the rule counted only tensors of at least the pad's size as varying with it, so it
+found the batch norm and activation free to evaluate 9 times (``cost_model._one_to_one``: a
+tensor with more than half a node's elements now varies with it). torchvision's layers, whose
+convolutions pad themselves, were already kept apart (H200, 2026-12-01: MobileNetV3-L's GPU
+step 1.65 -> 1.55 ms).
+
+Variants:
+
+- ``default``: as fuse generates it (the activation stored, the window reading it);
+- ``at each tap``: the rule before (``ONE_TO_ONE`` = 1: the pad hides its producer), the
+  activation evaluated at each of the window's positions;
+- ``inductor``; ``eager``.
+
+Each is checked against the module in float32, then timed as 20 calls replayed in one CUDA
+graph (the kernels alone), us a call and % of the floor: the input read once and the output
+written once over the copy bandwidth measured in the same run.
+
+On an H200 (torch 2.11.0+cu130, Triton 3.6.0, code 6e4994f, 2026-12-03; copy bandwidth 4243
+GB/s), us a call (% of the floor), kernels default / at each tap:
+
+| case (b64, 3x3) | eager | default | at each tap | inductor | kernels |
+|---|---|---|---|---|---|
+| 32x112x112 /1 | 493.7 (5%) | 192.3 (13%) | 296.0 (8%) | 130.3 (19%) | 2 / 1 |
+| 96x112x112 /2 | 744.9 (6%) | 235.0 (19%) | 234.8 (19%) | 233.7 (19%) | 1 / 1 |
+| 144x56x56 /1 | 583.0 (5%) | 217.5 (13%) | 240.6 (11%) | 156.0 (17%) | 3 / 2 |
+| 144x56x56 /2 | 304.0 (6%) | 58.5 (29%) | 58.5 (29%) | 101.1 (17%) | 2 / 2 |
+| 384x14x14 /1 | 114.1 (4%) | 37.1 (12%) | 45.1 (10%) | 34.7 (13%) | 3 / 2 |
+| 960x7x7 /1 | 135.1 (2%) | 37.6 (8%) | 44.5 (6%) | 29.0 (10%) | 3 / 2 |
+
+Keeping the activation apart is as fast or faster in every case; Inductor's single kernel is
+faster still at stride 1 (its window kernels were not read here).
+
+    PYTHONPATH=. python -m benchmarks.studies.padded_window_study            # on a GPU
+    PYTHONPATH=. python -m benchmarks.studies.padded_window_study --check    # outputs only, any device
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import fusebackend  # noqa: E402
+from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
+from fusebackend.scheduler import cost_model  # noqa: E402
+
+# (channels, positions, stride, pad (left, right, top, bottom)): transformers' MobileNetV2's
+# depthwise layers at batch 64 (stride 2 pads one position at the right and the bottom)
+CASES = (
+    (32, 112, 1, (1, 1, 1, 1)), (96, 112, 2, (0, 1, 0, 1)), (144, 56, 1, (1, 1, 1, 1)),
+    (144, 56, 2, (0, 1, 0, 1)), (384, 14, 1, (1, 1, 1, 1)), (960, 7, 1, (1, 1, 1, 1)),
+)
+
+
+class PaddedDepthwise(nn.Module):
+    """Batch norm and ReLU6 over a 1x1 convolution's output, a zero pad, a 3x3 depthwise
+    convolution without padding of its own, batch norm and ReLU6."""
+
+    def __init__(self, c: int, stride: int, pad: tuple[int, int, int, int]) -> None:
+        super().__init__()
+        self.pad = pad
+        self.bn1, self.bn2 = nn.BatchNorm2d(c), nn.BatchNorm2d(c)
+        self.conv = nn.Conv2d(c, c, 3, stride, 0, groups=c, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.pad(F.relu6(self.bn1(x)), self.pad)
+        return F.relu6(self.bn2(self.conv(y)))
+
+
+@contextlib.contextmanager
+def one_to_one(ratio: float) -> Iterator[None]:
+    today = cost_model.ONE_TO_ONE
+    cost_model.ONE_TO_ONE = ratio
+    try:
+        yield
+    finally:
+        cost_model.ONE_TO_ONE = today
+
+
+def main() -> None:
+    args, device, bandwidth = study_setup(study_parser(__doc__))
+    gpu, timed = device.type == "cuda", bandwidth > 0
+    variants: dict[str, tuple[Any, Callable[[], Any]]] = {
+        "eager": (None, contextlib.nullcontext),
+        "default": (fusebackend.fuse, contextlib.nullcontext),
+        "at each tap": (fusebackend.fuse, lambda: one_to_one(1)),
+        "inductor": ("inductor", contextlib.nullcontext),
+    }
+    if not gpu:
+        del variants["inductor"]  # (its CPU kernels are C++, not what the study compares)
+    print(f"{'case':34s}" + "".join(f"  {v + ' us (floor)':>20s}" for v in variants) + "  kernels d / t")
+    for c, h, stride, pad in CASES if gpu else CASES[:2]:
+        n = 64 if gpu else 2
+        if not gpu:
+            h, c = 9, 8
+        torch.manual_seed(0)
+        module = PaddedDepthwise(c, stride, pad).to(device).eval()
+        with torch.no_grad():  # batch norm's statistics away from 0 and 1
+            for bn in (module.bn1, module.bn2):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 2.0)
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+        x = torch.randn(n, c, h, h, device=device)
+        with torch.no_grad():
+            want = module(x)
+            module = module.to(torch.bfloat16)
+            x = x.to(torch.bfloat16)
+            out = module(x)
+        floor_us = (x.numel() + out.numel()) * x.element_size() / bandwidth * 1e6 if bandwidth else 0.0
+        cells: list[str] = []
+        kernels: list[int] = []
+        for variant, (backend, context) in variants.items():
+            torch._dynamo.reset()
+            fn = module if backend is None else torch.compile(module, backend=backend)
+            with torch.no_grad(), context(), fusebackend.config.patch(graph_cache=False):
+                fusebackend.metrics.reset()
+                got = fn(x)  # compiled here, under the variant
+                if backend is fusebackend.fuse:
+                    if fusebackend.metrics.fallbacks:
+                        raise AssertionError(f"{variant}: ATen calls {dict(fusebackend.metrics.fallbacks)}")
+                    kernels.append(fusebackend.metrics.kernels_generated)
+                err = ((got.float() - want).abs().max() / want.abs().max()).item()
+                if err > 2e-2:
+                    raise AssertionError(f"{variant} at {c}x{h}x{h} /{stride}: error {err:.2e} against float32")
+                if timed:
+                    us = graph_replay_us(lambda: fn(x))
+                    cells.append(f"{us:8.1f} ({floor_us / us:4.0%})")
+                else:
+                    cells.append(f"{f'ok, error {err:.1e}':>20s}")
+        name = f"b{n} {c}x{h}x{h} 3x3 /{stride} pad {pad}"
+        print(f"{name:34s}" + "".join(f"  {cell:>20s}" for cell in cells) + f"  {kernels[0]} / {kernels[1]}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
