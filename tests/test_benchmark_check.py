@@ -206,6 +206,17 @@ def test_the_padded_window_study_checks_each_variant() -> None:
     assert rows[0].endswith("2 / 1"), out
 
 
+@pytest.mark.full  # a study's, about 10 s on 2 cores: pytest --full
+def test_the_flat_configs_study_relaunches_each_kernel_at_each_config() -> None:
+    # benchmarks/studies/flat_configs_study.py: a padded depthwise block's two flat kernels,
+    # recorded in the graph's call and launched alone at every config (8 of them), each
+    # relaunch's outputs equal to the recorded ones (it raises where not)
+    _, out = _study_check("flat_configs_study")
+    rows = [line for line in out.splitlines() if line.startswith("fused_pw")]
+    assert len(rows) == 2 and all(len(line.split()) == 1 + 2 + 8 + 2 for line in rows), out
+    assert "constant_pad_nd_convolution" in rows[1] and " - " not in rows[1], out
+
+
 @pytest.mark.full  # a study's, about 30 s on 2 cores: pytest --full
 def test_the_odd_rows_study_checks_each_variant() -> None:
     # benchmarks/studies/odd_rows_study.py: every block of each row length against torch.softmax

@@ -1,0 +1,177 @@
+"""A graph's flat pointwise kernels relaunched alone at other block sizes and warps: what the
+elements a thread hold change.
+
+A flat kernel's launch (``runtime.pointwise_config``) holds 2048 bf16 elements by 4 warps, 16 a
+thread, so that its contiguous loads and its store are 16-byte vectors. Triton gives every load
+of a kernel the elements a thread of its widest access (its coalescing pass: "for loads, we can
+expect that the gaps won't matter due to the L1 cache"), so a load that cannot be a vector (a
+window's tap at an odd offset, a load under a mask that varies element by element) is issued one
+element at a time, with the lanes of a warp 8 elements apart: each such warp-wide load touches
+four or five 128-byte lines where one or two hold its 64 bytes. A depthwise window issues nine of
+them an element. This study measures whether fewer elements a thread (the lanes then adjacent)
+make such kernels faster.
+
+For each graph (the padded depthwise layers of ``padded_window_study`` and, with ``--models``,
+zoo models at real sizes), the compiled graph is called once while every kernel launch is
+recorded (the kernel, its arguments cloned before the launch, its outputs after it). Each flat
+kernel (one XBLOCK, no other block) is then launched alone on the clones, replayed 20 times in a
+CUDA graph, at its own config and, for the slowest ``--top`` of them, at each of ``CONFIGS``;
+each relaunch's outputs must equal the recorded ones bit for bit (the same code). A table row per
+kernel: us at its own config, then each config's us, and its loads and the vector loads among
+them (from the source: a load whose index is ``xindex`` plus a multiple of 8 and no mask).
+
+    PYTHONPATH=. python -m benchmarks.studies.flat_configs_study [--models mobilenet_v2,efficientnet]   # GPU
+    PYTHONPATH=. python -m benchmarks.studies.flat_configs_study --check    # the relaunches' outputs, any device
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+from typing import Any, Callable
+
+import torch
+
+if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import fusebackend  # noqa: E402
+from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
+from fusebackend.kernels import runtime  # noqa: E402
+
+# (XBLOCK, warps): 16, 8, 4, 2 and 1 elements a thread at 4 warps; 4, 2 and 1 at 8
+CONFIGS = ((2048, 4), (1024, 4), (512, 4), (256, 4), (128, 4), (1024, 8), (512, 8), (256, 8))
+
+
+@dataclasses.dataclass
+class Launch:
+    name: str
+    kernel: Any  # the JITFunction
+    launch: dict[str, int]
+    args: list[Any]  # tensors cloned before the launch
+    outputs: dict[int, torch.Tensor]  # argument position -> the tensor as the launch left it
+
+
+def record(fn: Callable[[], Any]) -> list[Launch]:
+    """Every kernel launch of one call of ``fn`` (a compiled graph's first call, which launches
+    each kernel through Triton's path)."""
+    launches: list[Launch] = []
+    original = runtime.Launcher._through_triton
+
+    def through(self: runtime.Launcher, stream: Any, *args: Any) -> None:
+        names = self.kernel.arg_names
+        clones = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        original(self, stream, *args)
+        outs = {i: args[i].clone() for i, n in enumerate(names[:len(args)])
+                if n.startswith("out_ptr") and isinstance(args[i], torch.Tensor)}
+        launches.append(Launch(self.kernel.fn.__name__, self.kernel, dict(self.launch), clones, outs))
+
+    runtime.Launcher._through_triton = through
+    try:
+        with fusebackend.config.patch(graph_cache=False):
+            fn()
+    finally:
+        runtime.Launcher._through_triton = original
+    return launches
+
+
+def is_flat(launch: Launch) -> bool:
+    names = launch.kernel.arg_names
+    return ("XBLOCK" in launch.launch and not {"RBLOCK", "YBLOCK"} & set(launch.launch)
+            and "xnumel" in names and not launch.launch.get("debug"))
+
+
+def relaunch(launch: Launch, xblock: int, warps: int | None) -> tuple[Callable[[], None], bool]:
+    """A call of the kernel alone at ``xblock`` (and ``warps``) on fresh outputs, and whether its
+    outputs equal the recorded ones."""
+    names = launch.kernel.arg_names
+    args = [torch.empty_like(launch.outputs[i]) if i in launch.outputs else a for i, a in enumerate(launch.args)]
+    xnumel = args[names.index("xnumel")]
+    options = {k: v for k, v in launch.launch.items() if k not in ("XBLOCK", "num_warps")}
+    options["XBLOCK"] = xblock
+    if warps is not None:
+        options["num_warps"] = warps
+    grid = (-(-xnumel // xblock),)
+
+    def call() -> None:
+        launch.kernel[grid](*args, **options)
+
+    call()
+    same = all(torch.equal(args[i], want) or bool(torch.isnan(want).any())
+               for i, want in launch.outputs.items())
+    return call, same
+
+
+def loads(source: str) -> tuple[int, int]:
+    """A kernel's loads, and those that Triton can make vectors: an index of ``xindex`` plus a
+    multiple of 8, without a mask (a rough reading of the source)."""
+    found = re.findall(r"tl\.load\(([^\n]*)\)", source)
+    vector = [f for f in found if re.fullmatch(r"in_ptr\d+ \+ \(xindex( [+-] \d+)?\)", f.strip())
+              and int((re.findall(r"[+-] (\d+)\)", f) or ["0"])[0]) % 8 == 0]
+    return len(found), len(vector)
+
+
+def study(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
+    launches = [l for l in record(fn) if is_flat(l)]
+    rows: list[tuple[float, Launch]] = []
+    for l in launches:
+        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"))
+        if not same:
+            raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
+        rows.append((graph_replay_us(call) if timed else 0.0, l))
+    rows.sort(key=lambda r: -r[0])
+    total = sum(us for us, _ in rows)
+    print(f"\n{title}: {len(rows)} flat kernels, {total:.1f} us at their own configs")
+    print(f"{'kernel':52s} {'own':>14s}" + "".join(f" {f'{b}/{w}':>8s}" for b, w in CONFIGS) + "  loads (vectors)")
+    for us, l in rows[:top]:
+        xnumel = l.args[l.kernel.arg_names.index("xnumel")]
+        cells = []
+        for b, w in CONFIGS:
+            if xnumel % b or b > runtime._next_pow2(xnumel):
+                cells.append(f" {'-':>8s}")
+                continue
+            call, same = relaunch(l, b, w)
+            if not same:
+                raise AssertionError(f"{title}: {l.name} at {b}/{w} gives other outputs")
+            cells.append(f" {graph_replay_us(call) if timed else 0.0:8.1f}")
+        own = f"{us:.1f} {l.launch['XBLOCK']}/{l.launch.get('num_warps', '-')}"
+        n, vec = loads(inspect.getsource(l.kernel.fn))
+        print(f"{l.name[:52]:52s} {own:>14s}" + "".join(cells) + f"  {n} ({vec})", flush=True)
+
+
+def main() -> None:
+    parser = study_parser(__doc__)
+    parser.add_argument("--models", default="", help="zoo models at real sizes, inference")
+    parser.add_argument("--top", type=int, default=3, help="kernels a graph relaunched at every config")
+    args, device, bandwidth = study_setup(parser)
+    gpu, timed = device.type == "cuda", bandwidth > 0
+    from benchmarks.studies.padded_window_study import CASES, PaddedDepthwise
+
+    for c, h, stride, pad in CASES if gpu else CASES[:1]:
+        n = 64 if gpu else 2
+        if not gpu:  # 4096 elements: every config divides them
+            h, c = 16, 8
+        torch.manual_seed(0)
+        module = PaddedDepthwise(c, stride, pad).to(device).eval().to(torch.bfloat16)
+        x = torch.randn(n, c, h, h, device=device, dtype=torch.bfloat16)
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend=fusebackend.fuse)
+        with torch.no_grad():
+            study(f"b{n} {c}x{h}x{h} 3x3 /{stride} pad {pad}", lambda: compiled(x), args.top, timed)
+    if args.models:
+        from benchmarks.zoo import registry
+
+        zoo = {m.name: m for m in registry._MODELS}
+        for name in args.models.split(","):
+            built = zoo[name].build("real" if gpu else "tiny", device.type, torch.bfloat16 if gpu else torch.float32)
+            model = built.model.eval()
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=fusebackend.fuse)
+            with torch.no_grad():
+                study(f"{name} {built.shapes}", lambda: compiled(**built.inputs), args.top, timed)
+
+
+if __name__ == "__main__":
+    main()
