@@ -38,7 +38,8 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
-from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
+from benchmarks.studies.variants import bf16_with_float32_answer, spread_batch_norms, variant_cell  # noqa: E402
+from benchmarks.timing import study_parser, study_setup  # noqa: E402
 from fusebackend.kernels import runtime  # noqa: E402
 
 # (channels, positions, kernel, stride, activation): EfficientNet-B0's depthwise layers and two of
@@ -101,36 +102,13 @@ def main() -> None:
             h, c = 8, 16
         torch.manual_seed(0)
         module = Depthwise(c, k, stride, act).to(device).eval()
-        with torch.no_grad():  # batch norm's statistics away from 0 and 1
-            module.bn.running_mean.uniform_(-0.5, 0.5)
-            module.bn.running_var.uniform_(0.5, 2.0)
-            module.bn.weight.uniform_(0.5, 1.5)
-            module.bn.bias.uniform_(-0.5, 0.5)
+        spread_batch_norms(module.bn)
         module = module.to(memory_format=torch.channels_last)
         x = torch.randn(n, c, h, h, device=device).contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():
-            want = module(x)
-            module = module.to(torch.bfloat16)
-            x = x.to(torch.bfloat16)
-            out = module(x)
-        floor_us = (x.numel() + out.numel()) * x.element_size() / bandwidth * 1e6 if bandwidth else 0.0
-        cells: list[str] = []
-        for variant, (backend, context) in variants.items():
-            torch._dynamo.reset()
-            fn = module if backend is None else torch.compile(module, backend=backend)
-            with torch.no_grad(), context(), fusebackend.config.patch(graph_cache=False):
-                fusebackend.metrics.reset()
-                got = fn(x)  # compiled here, under the variant
-                if backend is fusebackend.fuse and fusebackend.metrics.fallbacks:
-                    raise AssertionError(f"{variant}: ATen calls {dict(fusebackend.metrics.fallbacks)}")
-                err = ((got.float() - want).abs().max() / want.abs().max()).item()
-                if err > 2e-2:
-                    raise AssertionError(f"{variant} at {c}x{h}x{h} {k}x{k}: error {err:.2e} against float32")
-                if timed:
-                    us = graph_replay_us(lambda: fn(x))
-                    cells.append(f"{us:8.1f} ({floor_us / us:4.0%})")
-                else:
-                    cells.append(f"{f'ok, error {err:.1e}':>20s}")
+        module, x, want, nbytes = bf16_with_float32_answer(module, x)
+        floor_us = nbytes / bandwidth * 1e6 if bandwidth else 0.0
+        cells = [variant_cell(variant, backend, context, module, x, want, floor_us, timed, f"{c}x{h}x{h} {k}x{k}")[0]
+                 for variant, (backend, context) in variants.items()]
         name = f"b{n} {c}x{h}x{h} {k}x{k} /{stride} {act}"
         print(f"{name:30s}" + "".join(f"  {cell:>20s}" for cell in cells), flush=True)
 

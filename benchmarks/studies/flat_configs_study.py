@@ -18,7 +18,8 @@ kernel (one XBLOCK, no other block) is then launched alone on the clones, replay
 CUDA graph, at its own config and, for the slowest ``--top`` of them, at each of ``CONFIGS``;
 each relaunch's outputs must equal the recorded ones bit for bit (the same code). A table row per
 kernel: us at its own config, then each config's us, and its loads and the vector loads among
-them (from the source: a load whose index is ``xindex`` plus a multiple of 8 and no mask).
+them (from the source: a load whose index is ``xindex`` plus a multiple of 8 and no mask). For
+the models, their tiled kernels (XBLOCK by YBLOCK) follow, each at ``tile_configs``.
 
     PYTHONPATH=. python -m benchmarks.studies.flat_configs_study [--models mobilenet_v2,efficientnet]   # GPU
     PYTHONPATH=. python -m benchmarks.studies.flat_configs_study --check    # the relaunches' outputs, any device
@@ -83,17 +84,40 @@ def is_flat(launch: Launch) -> bool:
             and "xnumel" in names and not launch.launch.get("debug"))
 
 
-def relaunch(launch: Launch, xblock: int, warps: int | None) -> tuple[Callable[[], None], bool]:
-    """A call of the kernel alone at ``xblock`` (and ``warps``) on fresh outputs, and whether its
-    outputs equal the recorded ones."""
+def tile_extents(launch: Launch) -> tuple[int, int] | None:
+    """A tiled kernel's extents along x and y (its source's ``x_tiles = N // XBLOCK`` and
+    ``y_tiles = M // YBLOCK``), or None for any other kernel."""
+    if set(launch.launch) - {"num_warps"} != {"XBLOCK", "YBLOCK"} or "xnumel" not in launch.kernel.arg_names:
+        return None
+    source = inspect.getsource(launch.kernel.fn)
+    x = re.search(r"x_tiles = (\d+) // XBLOCK", source)
+    y = re.search(r"y_tiles = (\d+) // YBLOCK", source)
+    return (int(x.group(1)), int(y.group(1))) if x and y else None
+
+
+def tile_configs(launch: Launch) -> list[tuple[int, int, int]]:
+    """(XBLOCK, YBLOCK, warps) around a tiled kernel's own: its YBLOCK a quarter, half, as is and
+    doubled at 2, 4 and 8 warps; its XBLOCK halved and doubled at 4; those dividing the extents."""
+    xb, yb = launch.launch["XBLOCK"], launch.launch["YBLOCK"]
+    inner, rows = tile_extents(launch) or (0, 0)
+    wanted = [(xb, y, w) for y in (yb // 4, yb // 2, yb, yb * 2) for w in (2, 4, 8)]
+    wanted += [(xb // 2, yb, 4), (xb * 2, yb, 4)]
+    return [(x, y, w) for x, y, w in wanted if x >= 1 and y >= 1 and inner % x == 0 and rows % y == 0]
+
+
+def relaunch(launch: Launch, xblock: int, warps: int | None, yblock: int | None = None) -> tuple[Callable[[], None], bool]:
+    """A call of the kernel alone at ``xblock`` (``yblock``, ``warps``) on fresh outputs, and
+    whether its outputs equal the recorded ones."""
     names = launch.kernel.arg_names
     args = [torch.empty_like(launch.outputs[i]) if i in launch.outputs else a for i, a in enumerate(launch.args)]
     xnumel = args[names.index("xnumel")]
-    options = {k: v for k, v in launch.launch.items() if k not in ("XBLOCK", "num_warps")}
+    options = {k: v for k, v in launch.launch.items() if k not in ("XBLOCK", "YBLOCK", "num_warps")}
     options["XBLOCK"] = xblock
+    if yblock is not None:
+        options["YBLOCK"] = yblock
     if warps is not None:
         options["num_warps"] = warps
-    grid = (-(-xnumel // xblock),)
+    grid = (-(-xnumel // (xblock * (yblock or 1))),)
 
     def call() -> None:
         launch.kernel[grid](*args, **options)
@@ -141,15 +165,38 @@ def study(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
         print(f"{l.name[:52]:52s} {own:>14s}" + "".join(cells) + f"  {n} ({vec})", flush=True)
 
 
+def study_tiles(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
+    """The same for a graph's tiled kernels, at ``tile_configs``."""
+    launches = [l for l in record(fn) if tile_extents(l) is not None]
+    rows: list[tuple[float, Launch]] = []
+    for l in launches:
+        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"), l.launch["YBLOCK"])
+        if not same:
+            raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
+        rows.append((graph_replay_us(call) if timed else 0.0, l))
+    rows.sort(key=lambda r: -r[0])
+    print(f"\n{title}: {len(rows)} tiled kernels, {sum(us for us, _ in rows):.1f} us at their own configs")
+    for us, l in rows[:top]:
+        inner, ysize = tile_extents(l) or (0, 0)
+        own = f"{l.launch['XBLOCK']}x{l.launch['YBLOCK']}/{l.launch.get('num_warps', '-')}"
+        cells = []
+        for x, y, w in tile_configs(l):
+            call, same = relaunch(l, x, w, y)
+            cells.append(f"{x}x{y}/{w} {graph_replay_us(call) if timed else 0.0:.1f}" + ("" if same else " (other outputs)"))
+        n, _ = loads(inspect.getsource(l.kernel.fn))
+        print(f"{l.name[:52]}: {ysize} rows of {inner}, {n} loads; own {own} {us:.1f} us; " + ", ".join(cells), flush=True)
+
+
 def main() -> None:
     parser = study_parser(__doc__)
     parser.add_argument("--models", default="", help="zoo models at real sizes, inference")
     parser.add_argument("--top", type=int, default=3, help="kernels a graph relaunched at every config")
+    parser.add_argument("--models-only", action="store_true", help="the models alone, not the padded layers")
     args, device, bandwidth = study_setup(parser)
     gpu, timed = device.type == "cuda", bandwidth > 0
     from benchmarks.studies.padded_window_study import CASES, PaddedDepthwise
 
-    for c, h, stride, pad in CASES if gpu else CASES[:1]:
+    for c, h, stride, pad in () if args.models_only else CASES if gpu else CASES[:1]:
         n = 64 if gpu else 2
         if not gpu:  # 4096 elements: every config divides them
             h, c = 16, 8
@@ -171,6 +218,9 @@ def main() -> None:
             compiled = torch.compile(model, backend=fusebackend.fuse)
             with torch.no_grad():
                 study(f"{name} {built.shapes}", lambda: compiled(**built.inputs), args.top, timed)
+                torch._dynamo.reset()
+                compiled = torch.compile(model, backend=fusebackend.fuse)
+                study_tiles(f"{name} {built.shapes}", lambda: compiled(**built.inputs), args.top, timed)
 
 
 if __name__ == "__main__":

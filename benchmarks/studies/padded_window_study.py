@@ -54,7 +54,8 @@ if not torch.cuda.is_available():  # the kernels run in Triton's interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import fusebackend  # noqa: E402
-from benchmarks.timing import graph_replay_us, study_parser, study_setup  # noqa: E402
+from benchmarks.studies.variants import bf16_with_float32_answer, spread_batch_norms, variant_cell  # noqa: E402
+from benchmarks.timing import study_parser, study_setup  # noqa: E402
 from fusebackend.scheduler import cost_model  # noqa: E402
 
 # (channels, positions, stride, pad (left, right, top, bottom)): transformers' MobileNetV2's
@@ -108,39 +109,17 @@ def main() -> None:
             h, c = 9, 8
         torch.manual_seed(0)
         module = PaddedDepthwise(c, stride, pad).to(device).eval()
-        with torch.no_grad():  # batch norm's statistics away from 0 and 1
-            for bn in (module.bn1, module.bn2):
-                bn.running_mean.uniform_(-0.5, 0.5)
-                bn.running_var.uniform_(0.5, 2.0)
-                bn.weight.uniform_(0.5, 1.5)
-                bn.bias.uniform_(-0.5, 0.5)
-        x = torch.randn(n, c, h, h, device=device)
-        with torch.no_grad():
-            want = module(x)
-            module = module.to(torch.bfloat16)
-            x = x.to(torch.bfloat16)
-            out = module(x)
-        floor_us = (x.numel() + out.numel()) * x.element_size() / bandwidth * 1e6 if bandwidth else 0.0
+        spread_batch_norms(module.bn1, module.bn2)
+        module, x, want, nbytes = bf16_with_float32_answer(module, torch.randn(n, c, h, h, device=device))
+        floor_us = nbytes / bandwidth * 1e6 if bandwidth else 0.0
         cells: list[str] = []
         kernels: list[int] = []
         for variant, (backend, context) in variants.items():
-            torch._dynamo.reset()
-            fn = module if backend is None else torch.compile(module, backend=backend)
-            with torch.no_grad(), context(), fusebackend.config.patch(graph_cache=False):
-                fusebackend.metrics.reset()
-                got = fn(x)  # compiled here, under the variant
-                if backend is fusebackend.fuse:
-                    if fusebackend.metrics.fallbacks:
-                        raise AssertionError(f"{variant}: ATen calls {dict(fusebackend.metrics.fallbacks)}")
-                    kernels.append(fusebackend.metrics.kernels_generated)
-                err = ((got.float() - want).abs().max() / want.abs().max()).item()
-                if err > 2e-2:
-                    raise AssertionError(f"{variant} at {c}x{h}x{h} /{stride}: error {err:.2e} against float32")
-                if timed:
-                    us = graph_replay_us(lambda: fn(x))
-                    cells.append(f"{us:8.1f} ({floor_us / us:4.0%})")
-                else:
-                    cells.append(f"{f'ok, error {err:.1e}':>20s}")
+            cell, count = variant_cell(variant, backend, context, module, x, want, floor_us, timed,
+                                       f"{c}x{h}x{h} /{stride}")
+            cells.append(cell)
+            if count is not None:
+                kernels.append(count)
         name = f"b{n} {c}x{h}x{h} 3x3 /{stride} pad {pad}"
         print(f"{name:34s}" + "".join(f"  {cell:>20s}" for cell in cells) + f"  {kernels[0]} / {kernels[1]}",
               flush=True)
