@@ -212,6 +212,10 @@ def test_gpu_pointwise_configs_hold_32_bytes_per_thread(monkeypatch: pytest.Monk
     assert runtime.pointwise_config(runtime.SMALL_POINTWISE - 1, 2) == {"XBLOCK": 512, "num_warps": 4}
     assert runtime.pointwise_config(50176, 4) == {"XBLOCK": 512, "num_warps": 4}
     assert runtime.pointwise_config(50176, 8) == {"XBLOCK": 512, "num_warps": 4}
+    # a window (a depthwise convolution's 9 positions) loads element by element: 4 a thread
+    assert runtime.pointwise_config(1 << 20, 2, window=9) == {"XBLOCK": 512, "num_warps": 4}
+    assert runtime.pointwise_config(1 << 20, 2, window=3) == {"XBLOCK": 2048, "num_warps": 4}
+    assert runtime.pointwise_config(100, 4, window=9) == {"XBLOCK": 128, "num_warps": 1}
     seen: list[int] = []
     original = runtime.pointwise_config
 
@@ -521,3 +525,30 @@ def test_a_reduction_over_a_copy_reads_in_the_copied_tensors_memory_order() -> N
     (reduction,) = [src for src in kernels().values() if "tl.reduce(" in src or "tl.sum(" in src]
     loads = [load for load in _loads(reduction) if "280*" in load]  # the activations, not w and b
     assert loads and all("rindex + 280*xindex" in load for load in loads), loads
+
+
+def test_gpu_window_kernels_hold_4_elements_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a flat kernel that reads a window (a padded depthwise convolution over channels-first
+    # activations: 9 positions, each loaded element by element) takes blocks of
+    # runtime.WINDOW_BLOCK; a kernel without one keeps 32 bytes a thread (fp32: 1024 by 4 warps)
+    monkeypatch.setattr(runtime, "SMALL_POINTWISE", 1024)  # (the test's tensors are small)
+    torch.manual_seed(0)
+    bn1, bn2 = torch.nn.BatchNorm2d(8).eval(), torch.nn.BatchNorm2d(8).eval()
+    conv = torch.nn.Conv2d(8, 8, 3, groups=8, bias=False)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        y = F.pad(F.relu6(bn1(x)), (1, 1, 1, 1))
+        return F.relu6(bn2(conv(y)))
+
+    def launches(fn: Callable[..., Any], x: torch.Tensor) -> dict[str, str]:
+        with fusebackend.config.patch(gpu_blocks=True), torch.no_grad():
+            check(fn, x)
+        compiled = fusebackend.last_compiled()
+        lines = [line for line in compiled.wrapper.splitlines() if "XBLOCK=" in line]
+        return {src: next(line for line in lines if f"{name}(" in line) for name, src in compiled.kernels.items()}
+
+    x = torch.randn(2, 8, 32, 32)
+    windows = {src: line for src, line in launches(block, x).items() if src.count("tl.load(in_ptr0 +") >= 9}
+    assert len(windows) == 1 and all("XBLOCK=512, num_warps=4" in line for line in windows.values()), windows
+    plain = launches(lambda x: F.relu6(x * 2 + 1), x)
+    assert len(plain) == 1 and all("XBLOCK=1024, num_warps=4" in line for line in plain.values()), plain

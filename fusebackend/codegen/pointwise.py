@@ -67,10 +67,12 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
         return flat[0]
     if sizes_in(plan.space.xnumel):  # over symbolic sizes: no autotuning candidates
         tile = None if tiled else transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
-        return _generate_tiled(plan, index, tile, pdl) if tile is not None else None if tiled else flat[0]
+        if tile is not None:
+            return _generate_tiled(plan, index, tile, pdl)
+        return None if tiled else _flat_choice(plan, index, pdl, flat)
     tile = transpose_tile(plan, flat[1]) or column_tile(plan, flat[1])
     if tile is None:
-        return None if tiled else flat[0]
+        return None if tiled else _flat_choice(plan, index, pdl, flat)
     if launch is not None:
         least = _MIN_TILE[tile.columns]
         if (launch["XBLOCK"] < least[0] or launch["YBLOCK"] < least[1]
@@ -111,10 +113,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
                    launch: dict[str, int] | None = None) -> tuple[KernelSource, KernelBody]:
     space = plan.space
     numel = space.xnumel
-    produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
-    read = [v.buffer for n in plan.nodes for v in n.reads() if v.buffer.name not in produced]
-    buffers = [*plan.stored, *read]
-    launch = launch or runtime.pointwise_config(size_hint(numel), max((b.dtype.itemsize for b in buffers), default=4))
+    launch = launch or runtime.pointwise_config(size_hint(numel), _widest(plan))
     # a symbolic extent is a multiple of the block only where proven (its Mod is 0): else masked
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
     body.lanes = (X, launch["XBLOCK"])  # blocks start at multiples of XBLOCK (codegen.pairs.pair_load)
@@ -145,6 +144,24 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
     source = KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel, *symbols), grid, launch, plan,
                           body.asserts, in_place=in_place)
     return source, body
+
+
+def _widest(plan: KernelPlan) -> int:
+    """The widest element of the tensors a kernel reads from memory and stores, in bytes."""
+    produced = {n.name for n in plan.nodes}  # in-kernel values are never in memory
+    read = [v.buffer for n in plan.nodes for v in n.reads() if v.buffer.name not in produced]
+    return max((b.dtype.itemsize for b in [*plan.stored, *read]), default=4)
+
+
+def _flat_choice(plan: KernelPlan, index: int, pdl: bool, flat: tuple[KernelSource, KernelBody]) -> KernelSource:
+    """The flat kernel at its heuristic's launch, or generated again in smaller blocks where it
+    loads a window element by element (``scalar_window``, ``runtime.WINDOW_BLOCK``)."""
+    source, body = flat
+    window = scalar_window(body)
+    if window < runtime.WINDOW_TILES:
+        return source
+    windowed = runtime.pointwise_config(size_hint(plan.space.xnumel), _widest(plan), window)
+    return source if windowed == source.launch else _generate_flat(plan, index, pdl, windowed)[0]
 
 
 def transpose_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
@@ -239,13 +256,10 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
         return None
     buf, dims = out
     inner = dims[-1]
-    offsets: dict[str, set[sympy.Expr]] = {}  # each loaded tensor's offsets that move with x
-    for b, off in body.load_offsets:
-        if X in off.free_symbols:
-            offsets.setdefault(b.name, set()).add(off)
+    offsets = _moving_offsets(body)
     per_column = sorted({name for name, offs in offsets.items() for off in offs
                          if _step(off, 1) != 0 and _step(off, inner) == 0})
-    window = max((len(offs) for offs in offsets.values()), default=0)
+    window = window_positions(body)
     if not per_column or (len(per_column) < 2 and window < runtime.WINDOW_TILES):
         return None
     numel = size_hint(buf.numel)
@@ -260,6 +274,45 @@ def column_tile(plan: KernelPlan, body: KernelBody) -> Tile | None:
     # over symbolic sizes: the blocks chosen at the hints, masked where an extent is symbolic
     fastest = _own_dims(buf)[-1]
     return Tile(1, sympy.sympify(buf.numel) / fastest, fastest, launch, per_column[0], columns=True)
+
+
+def _moving_offsets(body: KernelBody) -> dict[str, set[sympy.Expr]]:
+    """Each loaded tensor's offsets that move with x, by the tensor's name."""
+    offsets: dict[str, set[sympy.Expr]] = {}
+    for b, off in body.load_offsets:
+        if X in off.free_symbols:
+            offsets.setdefault(b.name, set()).add(off)
+    return offsets
+
+
+def window_positions(body: KernelBody) -> int:
+    """The most positions a kernel loads one tensor at (its window: a depthwise convolution's
+    ``kh * kw``), of the offsets that move with x."""
+    return max((len(offs) for offs in _moving_offsets(body).values()), default=0)
+
+
+def scalar_window(body: KernelBody) -> int:
+    """The most positions a kernel loads one tensor at where none of those loads can be a
+    16-byte vector: a window whose positions are all a fixed number of elements apart, some not
+    a multiple of a vector (a depthwise convolution over channels-first activations: its taps
+    one element apart), or whose positions all step across x by more than one element (read
+    across a transposed layout: a channels-last input into a channels-first output). A tensor
+    read at one position an element of x (a per-channel weight's taps, constant along x) is no
+    such window, nor one whose positions differ by more than a constant (the halves a rotation
+    or a concatenation reads, each of which may be contiguous)."""
+    sizes = {b.name: b.dtype.itemsize for b, _ in body.load_offsets}
+    most = 0
+    for name, offsets in _moving_offsets(body).items():
+        moving = sorted((off for off in offsets if _step(off, 1) != 0), key=str)
+        if len(moving) <= most:
+            continue
+        lanes = max(1, 16 // sizes[name])
+        apart = [off - moving[0] for off in moving]
+        strided = all(abs(_step(off, 1)) > 1 for off in moving)
+        odd = all(d.is_Integer for d in apart) and any(int(d) % lanes for d in apart)
+        if strided or odd:
+            most = len(moving)
+    return most
 
 
 def _output_dims(plan: KernelPlan) -> tuple[ir.Buffer, list[int]] | None:

@@ -255,10 +255,12 @@ def interpreter_blocks() -> bool:
     return use_interpreter() and not config.gpu_blocks
 
 
-def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
+def pointwise_config(numel: int, itemsize: int = 2, window: int = 0) -> dict[str, int]:
     """Block size and warps for a flat kernel over ``numel`` elements.
 
-    ``itemsize``: the widest element the kernel loads or stores, in bytes.
+    ``itemsize``: the widest element the kernel loads or stores, in bytes. ``window``: the most
+    positions the kernel loads one tensor at (a depthwise convolution's ``kh * kw``); from
+    ``WINDOW_TILES`` on, blocks of at most ``WINDOW_BLOCK`` elements (see there).
     """
     if interpreter_blocks():
         # The interpreter runs each program in Python: few, large blocks are fastest.
@@ -277,7 +279,29 @@ def pointwise_config(numel: int, itemsize: int = 2) -> dict[str, int]:
         block = min(_next_pow2(numel), 512)
     else:
         block = min(_next_pow2(numel), 4096 // max(itemsize, 1))
+    if window >= WINDOW_TILES:
+        block = min(block, WINDOW_BLOCK)
     return flat_launch(block)
+
+
+# A flat kernel that reads a window (one tensor at WINDOW_TILES positions or more: a depthwise
+# convolution over channels-first activations, a pad before it) loads each position element by
+# element: a position at an odd offset, or under a mask that changes from element to element,
+# cannot be a vector. Triton gives such a load the elements a thread of the kernel's widest
+# access (the store's 16-byte vector: 8 bf16 elements), so the lanes of one warp-wide load sit 16
+# bytes apart and touch four or five 128-byte lines for 64 bytes. In blocks of 512 by 4 warps (4
+# elements a thread) they sit 8 bytes apart. The padded depthwise layers of transformers'
+# MobileNetV2 at b64, bf16, each kernel alone replayed in a CUDA graph, us in blocks of 2048 /
+# 1024 / 512 / 256 by 4 warps (H200, torch 2.11, Triton 3.6, 2026-12-03,
+# benchmarks/studies/flat_configs_study.py): 32x112x112 168.0 / 128.3 / 113.1 / 137.6;
+# 96x112x112 stride 2 234.9 / 215.4 / 137.7 / 157.2; 144x56x56 188.1 / 142.5 / 128.2 / 155.4;
+# 384x14x14 30.7 / 26.9 / 24.6 / 27.1; 960x7x7 30.2 / 22.5 / 18.8 / 19.6 (1024 by 8 warps
+# within 1% of 512 by 4 in each). The same layers' batch-norm kernels, without a window, were
+# fastest at 1024 or 2048 (26.1 us at 1024 against 32.4 at 512). The whole layers after the change
+# (benchmarks/studies/padded_window_study.py, same day): 192.3 -> 136.8 us, 235.0 -> 137.8,
+# 217.5 -> 157.8, 58.5 -> 56.5, 37.1 -> 31.1, 37.6 -> 26.0 (Inductor's 132.7 to 235.3 us).
+# Column-tiled windows (channels-last) are chosen apart (column_tile_config).
+WINDOW_BLOCK = 512
 
 
 def flat_launch(block: int) -> dict[str, int]:
