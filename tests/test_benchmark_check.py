@@ -218,6 +218,16 @@ def test_the_flat_configs_study_relaunches_each_kernel_at_each_config() -> None:
 
 
 @pytest.mark.full  # a study's, about 30 s on 2 cores: pytest --full
+def test_the_flat_configs_study_relaunches_a_models_reductions() -> None:
+    # the same study's --reductions over the tiny BERT: its persistent reductions relaunched at
+    # other XBLOCK and warps, each relaunch's outputs equal to the recorded ones
+    _, out = _study_check("flat_configs_study", "--models", "bert", "--models-only", "--reductions", "--top", "1")
+    assert "persistent reductions" in out and "(other outputs)" not in out, out
+    rows = [line for line in out.splitlines() if line.startswith("fused_red")]
+    assert len(rows) == 1 and rows[0].count(" us") + rows[0].count(", ") >= 4, out
+
+
+@pytest.mark.full  # a study's, about 30 s on 2 cores: pytest --full
 def test_the_odd_rows_study_checks_each_variant() -> None:
     # benchmarks/studies/odd_rows_study.py: every block of each row length against torch.softmax
     _, out = _study_check("odd_rows_study")

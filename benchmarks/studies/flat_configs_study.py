@@ -19,7 +19,8 @@ CUDA graph, at its own config and, for the slowest ``--top`` of them, at each of
 each relaunch's outputs must equal the recorded ones bit for bit (the same code). A table row per
 kernel: us at its own config, then each config's us, and its loads and the vector loads among
 them (from the source: a load whose index is ``xindex`` plus a multiple of 8 and no mask). For
-the models, their tiled kernels (XBLOCK by YBLOCK) follow, each at ``tile_configs``.
+the models, their tiled kernels (XBLOCK by YBLOCK) follow, each at ``tile_configs``, and with
+``--reductions`` their persistent reductions at other XBLOCK and warps (``study_reductions``).
 
     PYTHONPATH=. python -m benchmarks.studies.flat_configs_study [--models mobilenet_v2,efficientnet]   # GPU
     PYTHONPATH=. python -m benchmarks.studies.flat_configs_study --check    # the relaunches' outputs, any device
@@ -53,6 +54,7 @@ class Launch:
     launch: dict[str, int]
     args: list[Any]  # tensors cloned before the launch
     outputs: dict[int, torch.Tensor]  # argument position -> the tensor as the launch left it
+    grid: int = 0  # programs (0: given per call)
 
 
 def record(fn: Callable[[], Any]) -> list[Launch]:
@@ -67,7 +69,8 @@ def record(fn: Callable[[], Any]) -> list[Launch]:
         original(self, stream, *args)
         outs = {i: args[i].clone() for i, n in enumerate(names[:len(args)])
                 if n.startswith("out_ptr") and isinstance(args[i], torch.Tensor)}
-        launches.append(Launch(self.kernel.fn.__name__, self.kernel, dict(self.launch), clones, outs))
+        launches.append(Launch(self.kernel.fn.__name__, self.kernel, dict(self.launch), clones, outs,
+                               0 if self.per_call else self.grid[0]))
 
     runtime.Launcher._through_triton = through
     try:
@@ -105,16 +108,19 @@ def tile_configs(launch: Launch) -> list[tuple[int, int, int]]:
     return [(x, y, w) for x, y, w in wanted if x >= 1 and y >= 1 and inner % x == 0 and rows % y == 0]
 
 
-def relaunch(launch: Launch, xblock: int, warps: int | None, yblock: int | None = None) -> tuple[Callable[[], None], bool]:
-    """A call of the kernel alone at ``xblock`` (``yblock``, ``warps``) on fresh outputs, and
-    whether its outputs equal the recorded ones."""
+def relaunch(launch: Launch, xblock: int, warps: int | None, yblock: int | None = None,
+             rblock: int | None = None) -> tuple[Callable[[], None], bool]:
+    """A call of the kernel alone at ``xblock`` (``yblock``, ``rblock``, ``warps``) on fresh
+    outputs, and whether its outputs equal the recorded ones."""
     names = launch.kernel.arg_names
     args = [torch.empty_like(launch.outputs[i]) if i in launch.outputs else a for i, a in enumerate(launch.args)]
     xnumel = args[names.index("xnumel")]
-    options = {k: v for k, v in launch.launch.items() if k not in ("XBLOCK", "YBLOCK", "num_warps")}
+    options = {k: v for k, v in launch.launch.items() if k not in ("XBLOCK", "YBLOCK", "RBLOCK", "num_warps")}
     options["XBLOCK"] = xblock
     if yblock is not None:
         options["YBLOCK"] = yblock
+    if rblock is not None:
+        options["RBLOCK"] = rblock
     if warps is not None:
         options["num_warps"] = warps
     grid = (-(-xnumel // (xblock * (yblock or 1))),)
@@ -187,11 +193,49 @@ def study_tiles(title: str, fn: Callable[[], Any], top: int, timed: bool) -> Non
         print(f"{l.name[:52]}: {ysize} rows of {inner}, {n} loads; own {own} {us:.1f} us; " + ", ".join(cells), flush=True)
 
 
+def is_persistent_reduction(launch: Launch) -> bool:
+    """A reduction whose rows each sit in one block (its source says so), one program a block of
+    XBLOCK rows: it can be launched at any XBLOCK dividing its rows."""
+    names = launch.kernel.arg_names
+    if set(launch.launch) - {"num_warps"} != {"XBLOCK", "RBLOCK"} or "xnumel" not in names:
+        return False
+    xnumel = launch.args[names.index("xnumel")]
+    return ("# persistent: each row in one block" in inspect.getsource(launch.kernel.fn)
+            and launch.grid * launch.launch["XBLOCK"] == xnumel)
+
+
+def study_reductions(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
+    """A graph's persistent reductions at XBLOCK halved, as is, doubled and quadrupled, by 4, 8
+    and 16 warps (RBLOCK as chosen), those dividing the rows."""
+    launches = [l for l in record(fn) if is_persistent_reduction(l)]
+    rows: list[tuple[float, Launch]] = []
+    for l in launches:
+        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"), rblock=l.launch["RBLOCK"])
+        if not same:
+            raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
+        rows.append((graph_replay_us(call) if timed else 0.0, l))
+    rows.sort(key=lambda r: -r[0])
+    print(f"\n{title}: {len(rows)} persistent reductions, {sum(us for us, _ in rows):.1f} us at their own configs")
+    for us, l in rows[:top]:
+        xb, rb = l.launch["XBLOCK"], l.launch["RBLOCK"]
+        xnumel = l.args[l.kernel.arg_names.index("xnumel")]
+        cells = []
+        for x in (xb // 2, xb, xb * 2, xb * 4):
+            for w in (4, 8, 16):
+                if x < 1 or xnumel % x or x * rb > 1 << 16:
+                    continue
+                call, same = relaunch(l, x, w, rblock=rb)
+                cells.append(f"{x}/{w} {graph_replay_us(call) if timed else 0.0:.1f}" + ("" if same else " (other outputs)"))
+        print(f"{l.name[:52]}: {xnumel} rows of {rb}; own {xb}/{l.launch.get('num_warps', '-')} {us:.1f} us; "
+              + ", ".join(cells), flush=True)
+
+
 def main() -> None:
     parser = study_parser(__doc__)
     parser.add_argument("--models", default="", help="zoo models at real sizes, inference")
     parser.add_argument("--top", type=int, default=3, help="kernels a graph relaunched at every config")
     parser.add_argument("--models-only", action="store_true", help="the models alone, not the padded layers")
+    parser.add_argument("--reductions", action="store_true", help="the models' persistent reductions too")
     args, device, bandwidth = study_setup(parser)
     gpu, timed = device.type == "cuda", bandwidth > 0
     from benchmarks.studies.padded_window_study import CASES, PaddedDepthwise
@@ -221,6 +265,10 @@ def main() -> None:
                 torch._dynamo.reset()
                 compiled = torch.compile(model, backend=fusebackend.fuse)
                 study_tiles(f"{name} {built.shapes}", lambda: compiled(**built.inputs), args.top, timed)
+                if args.reductions:
+                    torch._dynamo.reset()
+                    compiled = torch.compile(model, backend=fusebackend.fuse)
+                    study_reductions(f"{name} {built.shapes}", lambda: compiled(**built.inputs), args.top, timed)
 
 
 if __name__ == "__main__":
