@@ -295,12 +295,12 @@ def pointwise_config(numel: int, itemsize: int = 2, window: int = 0) -> dict[str
 # 1024 / 512 / 256 by 4 warps (H200, torch 2.11, Triton 3.6, 2026-12-03,
 # benchmarks/studies/flat_configs_study.py): 32x112x112 168.0 / 128.3 / 113.1 / 137.6;
 # 96x112x112 stride 2 234.9 / 215.4 / 137.7 / 157.2; 144x56x56 188.1 / 142.5 / 128.2 / 155.4;
-# 384x14x14 30.7 / 26.9 / 24.6 / 27.1; 960x7x7 30.2 / 22.5 / 18.8 / 19.6 (1024 by 8 warps
-# within 1% of 512 by 4 in each). The same layers' batch-norm kernels, without a window, were
-# fastest at 1024 or 2048 (26.1 us at 1024 against 32.4 at 512). The whole layers after the change
-# (benchmarks/studies/padded_window_study.py, same day): 192.3 -> 136.8 us, 235.0 -> 137.8,
-# 217.5 -> 157.8, 58.5 -> 56.5, 37.1 -> 31.1, 37.6 -> 26.0 (Inductor's 132.7 to 235.3 us).
-# Column-tiled windows (channels-last) are chosen apart (column_tile_config).
+# 384x14x14 30.7 / 26.9 / 24.6 / 27.1; 960x7x7 30.2 / 22.5 / 18.8 / 19.6 (1024 by 8 warps, also
+# 4 elements a thread, within 5% of 512 by 4). The same layers' batch-norm kernels, without a
+# window, were fastest at 1024 or 2048 (26.1 us at 1024 against 32.4 at 512). The whole layers
+# after the change (benchmarks/studies/padded_window_study.py, same day): 192.3 -> 136.8 us,
+# 235.0 -> 137.8, 217.5 -> 157.8, 58.5 -> 56.5, 37.1 -> 31.1, 37.6 -> 26.0 (Inductor's 132.7 to
+# 235.3 us). Column-tiled windows (channels-last) are chosen apart (column_tile_config).
 WINDOW_BLOCK = 512
 
 
