@@ -143,15 +143,23 @@ def loads(source: str) -> tuple[int, int]:
     return len(found), len(vector)
 
 
-def study(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
-    launches = [l for l in record(fn) if is_flat(l)]
-    rows: list[tuple[float, Launch]] = []
+def own_times(title: str, launches: list[Launch], timed: bool) -> list[tuple[float, Launch]]:
+    """Each launch relaunched alone at its own blocks and warps, checked against its recorded
+    outputs and timed (0 untimed): (us, launch), the slowest first."""
+    rows = []
     for l in launches:
-        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"))
+        blocks = {k: v for k, v in l.launch.items() if k in ("YBLOCK", "RBLOCK")}
+        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"),
+                              blocks.get("YBLOCK"), blocks.get("RBLOCK"))
         if not same:
             raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
         rows.append((graph_replay_us(call) if timed else 0.0, l))
-    rows.sort(key=lambda r: -r[0])
+    return sorted(rows, key=lambda r: -r[0])
+
+
+def study(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
+    launches = [l for l in record(fn) if is_flat(l)]
+    rows = own_times(title, launches, timed)
     total = sum(us for us, _ in rows)
     print(f"\n{title}: {len(rows)} flat kernels, {total:.1f} us at their own configs")
     print(f"{'kernel':52s} {'own':>14s}" + "".join(f" {f'{b}/{w}':>8s}" for b, w in CONFIGS) + "  loads (vectors)")
@@ -174,13 +182,7 @@ def study(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
 def study_tiles(title: str, fn: Callable[[], Any], top: int, timed: bool) -> None:
     """The same for a graph's tiled kernels, at ``tile_configs``."""
     launches = [l for l in record(fn) if tile_extents(l) is not None]
-    rows: list[tuple[float, Launch]] = []
-    for l in launches:
-        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"), l.launch["YBLOCK"])
-        if not same:
-            raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
-        rows.append((graph_replay_us(call) if timed else 0.0, l))
-    rows.sort(key=lambda r: -r[0])
+    rows = own_times(title, launches, timed)
     print(f"\n{title}: {len(rows)} tiled kernels, {sum(us for us, _ in rows):.1f} us at their own configs")
     for us, l in rows[:top]:
         inner, ysize = tile_extents(l) or (0, 0)
@@ -208,13 +210,7 @@ def study_reductions(title: str, fn: Callable[[], Any], top: int, timed: bool) -
     """A graph's persistent reductions at XBLOCK halved, as is, doubled and quadrupled, by 4, 8
     and 16 warps (RBLOCK as chosen), those dividing the rows."""
     launches = [l for l in record(fn) if is_persistent_reduction(l)]
-    rows: list[tuple[float, Launch]] = []
-    for l in launches:
-        call, same = relaunch(l, l.launch["XBLOCK"], l.launch.get("num_warps"), rblock=l.launch["RBLOCK"])
-        if not same:
-            raise AssertionError(f"{title}: {l.name} relaunched gives other outputs")
-        rows.append((graph_replay_us(call) if timed else 0.0, l))
-    rows.sort(key=lambda r: -r[0])
+    rows = own_times(title, launches, timed)
     print(f"\n{title}: {len(rows)} persistent reductions, {sum(us for us, _ in rows):.1f} us at their own configs")
     for us, l in rows[:top]:
         xb, rb = l.launch["XBLOCK"], l.launch["RBLOCK"]
