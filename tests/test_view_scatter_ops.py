@@ -343,6 +343,28 @@ def test_a_padded_window_addresses_its_taps_without_clamps(shape: tuple[int, ...
     assert len(loads) >= kernel * kernel and not [line for line in loads if "tl.where(" in line], src
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 9, 11), (1, 3, 2, 3), (3, 2, 16, 8)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_zero_pads_taps_are_their_masked_loads(shape: tuple[int, ...], dtype: torch.dtype, layout: str) -> None:
+    # a zero pad's where(inside, x, 0): x's load is masked by `inside` with other=0, so the
+    # where adds nothing and is not rendered (codegen.branches.where_in_branches); a pad of
+    # another value keeps it
+    c = shape[1]
+    x, taps = make(shape, dtype, layout), torch.randn(c, 1, 3, 3, dtype=dtype)
+    check(lambda x, t: F.conv2d(F.pad(x * 2, (1, 1, 1, 1)), t, groups=c), x, taps)
+    sources = list(kernels().values())  # the pad in the window's kernel, or stored before it
+    assert sum(src.count("other=0") for src in sources) >= 1, sources
+    assert not any("tl.where(" in src for src in sources), sources
+    check(lambda x: F.pad(x * 2, (1, 1, 1, 1), value=3.0) + 1, x)
+    sources = list(kernels().values())
+    assert any("tl.where(" in src for src in sources), sources
+    # a negated load gives -0 outside, the pad +0: the where stays (1 / +0 is +inf, 1 / -0 -inf)
+    check(lambda x: 1 / F.pad(-x, (1, 1, 1, 1)), x)
+    out = torch.compile(lambda x: 1 / F.pad(-x, (1, 1, 1, 1)), backend="fuse")(x)
+    assert (out[..., 0, :] == float("inf")).all()
+
+
 def _pairs_backward(g: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
     # the backward of an interleaved rotary embedding (x * cos + rot(x) * sin, rot(x) pairing
     # (-x[2i + 1], x[2i])): t = g * sin read in pairs, scattered into every other position

@@ -11,6 +11,8 @@ clamp that keeps a source index inside the tensor elsewhere is not needed there)
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING
 
 import sympy
@@ -51,11 +53,13 @@ def where_in_branches(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, s
     if cond not in body.dims or "r" in body.dims_of(cond):
         return body.value(ir.Op("where", (ir.Rendered(cond, torch.bool),) + expr.args[1:], expr.dtype), subst)
     outer, outer_narrowed, outer_even = body.branch, body.narrowed, body.even
-    branches = []
+    branches: list[str | None] = []
+    taken_by: list[str | None] = []  # each branch's condition, as its loads are masked by it
     try:
         for arg, negated in ((expr.args[1], False), (expr.args[2], True)):
             if not ir.loads(arg):
                 branches.append(None)
+                taken_by.append(None)
                 continue
             scalar = cond in body.scalar_temps
             taken = body.bool_temp(f"{cond} == 0", body.dims_of(cond), scalar) if negated else cond
@@ -68,11 +72,25 @@ def where_in_branches(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, s
             else:
                 body.narrowed, body.even = outer_narrowed, outer_even
             branches.append(body.value(arg, subst))
+            taken_by.append(body.branch)
     finally:
         body.branch, body.narrowed, body.even = outer, outer_narrowed, outer_even
+    for i, (value, other) in enumerate(((branches[0], expr.args[2]), (branches[1], expr.args[1]))):
+        # where(c, x, 0) with x a load masked by c (other=0), or its cast: x itself (a pad's
+        # taps: one select an element each, after loads that already give 0 outside)
+        if (value is not None and body.zero_outside.get(value) == taken_by[i] and _zero(other)
+                and expr.args[1 + i].dtype == expr.dtype):
+            return value
     args = [ir.Rendered(cond, torch.bool)] + [
         a if r is None else ir.Rendered(r, a.dtype) for a, r in zip(expr.args[1:], branches)]
     return body.value(ir.Op("where", tuple(args), expr.dtype), subst)
+
+
+def _zero(expr: ir.Expr) -> bool:
+    """Whether ``expr`` is the constant +0 (of a number type; not -0.0, which a masked load's
+    other=0 is not)."""
+    return (isinstance(expr, ir.Constant) and expr.dtype != torch.bool and expr.value == 0
+            and math.copysign(1.0, expr.value) > 0)
 
 
 def branch_facts(body: KernelBody, cond: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr]
