@@ -19,7 +19,10 @@ GPT-NeoX: each brings a piece of the decoder family the others lack.
 Built like ``text.py``'s decoders (``text.causal_lm``: inference on token ids, training with
 ``labels=input_ids``). Tiny: 2 layers, hidden 32-64, vocabulary 128, batch 2 x 16 tokens. Real:
 the published size named in ``registry.py`` at batch 4 x 512 tokens (8 x 512 under 1B parameters);
-Mamba at 8 x 256 (each position is a step of the loop: 24 layers x 256 steps traced).
+Mamba at 8 x 32: each position is a step of the loop, traced whole (24 layers x 32 steps), and the
+compile grows faster than the steps. fuse's first call on a 2-core CPU (kernels not run, torch
+2.13, 2026-12-03): 112 s at 32 positions, 262 s at 64 (its scheduling 27.9 and 91.7 s), 18 min at
+256 (6386 kernels), longer than a zoo row may take.
 """
 
 from __future__ import annotations
@@ -222,4 +225,4 @@ def mamba(size: Size, device: torch.device, dtype: torch.dtype) -> Built:
     config = MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24, expand=2,
                          conv_kernel=4, use_associative_scan=False, use_mambapy=False,
                          bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    return _real(MambaForCausalLM, config, 8, device, dtype, seq=256)
+    return _real(MambaForCausalLM, config, 8, device, dtype, seq=32)

@@ -90,7 +90,7 @@ _MODELS = [
              "layout at 16 layers of 1024, 1.5B, b4 s512", decoders.mixtral),
     ZooModel("mamba", "transformers",
              "Mamba (MambaForCausalLM): selective state-space model on its pure PyTorch path (a loop over "
-             "positions); real: Mamba-130M, b8 s256", decoders.mamba),
+             "positions); real: Mamba-130M, b8 s32", decoders.mamba),
     ZooModel("bart", "transformers",
              "BART (BartForConditionalGeneration): learned positions, post-norm, GELU; real: BART-base, 140M, "
              "b8 s512->128", seq2seq.bart),
