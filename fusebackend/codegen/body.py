@@ -78,31 +78,6 @@ _RENDER_STATE = frozenset({"ranges", "blocks", "lanes", "eviction", "x_symbols",
                            "exact", "program_scalars"})
 
 
-def _positive(expr: ir.Expr) -> bool:
-    """A finite constant above 0: a product or quotient with it keeps 0 as +0 (not -0)."""
-    return (isinstance(expr, ir.Constant) and expr.dtype != torch.bool and math.isfinite(expr.value)
-            and expr.value > 0)
-
-
-def _zero_preserved(expr: ir.Op, args: list[str], zero_outside: dict[str, str]) -> str | None:
-    """The branch condition outside which ``expr`` is 0, where it maps 0 to 0 and one argument
-    is 0 outside it (``KernelBody.zero_outside``): a cast, a product with or a quotient by a
-    positive finite constant (not a negation or a negative constant, which would give -0 where
-    the where gives +0; not a product with a tensor, which may hold inf); a rounding to half
-    precision kept in fp32 (``round_to``) is a cast."""
-    if expr.dtype == torch.bool or not args or args[0] not in zero_outside and (
-            expr.name != "mul" or args[-1] not in zero_outside):
-        return None
-    if expr.name in ("to", "round_to"):
-        return zero_outside[args[0]]
-    if expr.name == "mul":
-        k = 0 if args[0] in zero_outside else 1
-        return zero_outside[args[k]] if _positive(expr.args[1 - k]) else None
-    if expr.name == "truediv" and args[0] in zero_outside and _positive(expr.args[1]):
-        return zero_outside[args[0]]
-    return None
-
-
 class KernelBody:
     def __init__(self, plan: KernelPlan, space: KernelSpace, exact: frozenset[str] = frozenset()) -> None:
         self.plan = plan
@@ -368,7 +343,7 @@ class KernelBody:
         name = self._emit(text, dims)
         if scalar:
             self.scalar_temps.add(name)
-        zero = _zero_preserved(expr, args, self.zero_outside)
+        zero = branches.zero_preserved(expr, args, self.zero_outside)
         if zero is not None:
             self.zero_outside[name] = zero
         return name

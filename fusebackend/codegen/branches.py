@@ -76,14 +76,39 @@ def where_in_branches(body: KernelBody, expr: ir.Op, subst: dict[sympy.Symbol, s
     finally:
         body.branch, body.narrowed, body.even = outer, outer_narrowed, outer_even
     for i, (value, other) in enumerate(((branches[0], expr.args[2]), (branches[1], expr.args[1]))):
-        # where(c, x, 0) with x a load masked by c (other=0), or its cast: x itself (a pad's
-        # taps: one select an element each, after loads that already give 0 outside)
+        # where(c, x, 0) with x a load masked by c (other=0), or what keeps its 0 (zero_preserved):
+        # x itself (a pad's taps: one select an element each, after loads that give 0 outside)
         if (value is not None and body.zero_outside.get(value) == taken_by[i] and _zero(other)
                 and expr.args[1 + i].dtype == expr.dtype):
             return value
     args = [ir.Rendered(cond, torch.bool)] + [
         a if r is None else ir.Rendered(r, a.dtype) for a, r in zip(expr.args[1:], branches)]
     return body.value(ir.Op("where", tuple(args), expr.dtype), subst)
+
+
+def _positive(expr: ir.Expr) -> bool:
+    """A finite constant above 0: a product or quotient with it keeps 0 as +0 (not -0)."""
+    return (isinstance(expr, ir.Constant) and expr.dtype != torch.bool and math.isfinite(expr.value)
+            and expr.value > 0)
+
+
+def zero_preserved(expr: ir.Op, args: list[str], zero_outside: dict[str, str]) -> str | None:
+    """The branch condition outside which ``expr`` is 0, where it maps 0 to 0 and one argument
+    is 0 outside it (``KernelBody.zero_outside``): a cast, a product with or a quotient by a
+    positive finite constant (not a negation or a negative constant, which would give -0 where
+    the where gives +0; not a product with a tensor, which may hold inf); a rounding to half
+    precision kept in fp32 (``round_to``) is a cast."""
+    if expr.dtype == torch.bool or not args or args[0] not in zero_outside and (
+            expr.name != "mul" or args[-1] not in zero_outside):
+        return None
+    if expr.name in ("to", "round_to"):
+        return zero_outside[args[0]]
+    if expr.name == "mul":
+        k = 0 if args[0] in zero_outside else 1
+        return zero_outside[args[k]] if _positive(expr.args[1 - k]) else None
+    if expr.name == "truediv" and args[0] in zero_outside and _positive(expr.args[1]):
+        return zero_outside[args[0]]
+    return None
 
 
 def _zero(expr: ir.Expr) -> bool:
