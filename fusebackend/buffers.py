@@ -8,6 +8,7 @@ not import ``ir``, which imports ``expr``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -32,8 +33,8 @@ class Buffer:
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
 
-    @property
-    def numel(self) -> int:
+    @functools.cached_property
+    def numel(self) -> int:  # found once: the cost model asks at every candidate fusion
         return math.prod(self.sizes)
 
     @property
@@ -60,8 +61,8 @@ class View:
     def dtype(self) -> torch.dtype:
         return self.buffer.dtype
 
-    @property
-    def numel(self) -> int:
+    @functools.cached_property
+    def numel(self) -> int:  # found once: the cost model asks at every candidate fusion
         return math.prod(self.sizes)
 
     def is_whole(self) -> bool:

@@ -23,6 +23,7 @@ dataclass and prints as readable text; ``verify`` checks a graph.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Iterator, Sequence, Union
 
@@ -56,8 +57,14 @@ class _Computed:
     def ranges(self) -> tuple[int, ...]:
         return self.buffer.sizes
 
+    @functools.cached_property
+    def body_loads(self) -> tuple[Load | IndirectLoad, ...]:
+        """The body's loads, in ``loads``' order, found once per node (the scheduler asks for
+        them at every candidate fusion the node is in)."""
+        return tuple(loads(self.body))
+
     def reads(self) -> list[View]:
-        return [ld.view for ld in loads(self.body)]
+        return [ld.view for ld in self.body_loads]
 
     def described(self) -> str:
         """The origin, and the nodes whose computation the scheduler folded into the body."""
@@ -229,7 +236,7 @@ def node_loads(node: Node) -> list[Load | IndirectLoad]:
         return []
     if isinstance(node, Scatter):
         return [ld for e in node.exprs() for ld in loads(e)]
-    return loads(node.body)
+    return list(node.body_loads)
 
 
 def _flatten(value: Any) -> Iterator[Any]:

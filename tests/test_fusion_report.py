@@ -387,3 +387,44 @@ def test_a_unions_traffic_from_its_parts_is_its_traffic_from_its_nodes() -> None
         assert saved == sum(fresh.traffic(a)) + sum(fresh.traffic(b)) - sum(fresh.traffic(a + b))
         assert model.traffic(a + b) == fresh.traffic(a + b)
         assert [buf.name for buf in model.stored(a + b)] == [buf.name for buf in fresh.stored(a + b)]
+
+
+def test_a_cycle_found_holds_until_a_group_on_its_path_joins_the_pair() -> None:
+    # b reads a directly and through c: a and b may not merge while c stands between them
+    # (Groups.cycle). The path found is kept and checked again without a search; a merge of
+    # c into a leaves no path through another group, and the pair may then merge.
+    from fusebackend.scheduler.groups import Groups
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        a = x + 1
+        c = torch.sigmoid(a)
+        return a * c
+
+    gm = make_fx(fn, decomposition_table=decompositions.decomposition_table())(x64())
+    graph, _ = lowering.lower(gm, [x64()], "g")
+    a, c, b = (n.name for n in graph.nodes)
+    groups = Groups(graph)
+    assert not groups.known_cycle(a, b)  # nothing found yet
+    assert groups.cycle(a, b) and groups.known_cycle(a, b)
+    assert groups.cycle(a, b)  # again, along the kept path
+    merged = groups.merge(a, c)
+    assert not groups.known_cycle(merged, b) and not groups.cycle(merged, b)
+
+
+def test_refusals_of_pairs_that_can_never_merge_name_the_final_groups() -> None:
+    # a pair with an extern call, or past max_fusion_size together, is set aside unscored and
+    # reported between the groups its nodes end in (fusion._lasting_refusals), once each
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.exp(x) * 2 + 1
+        return torch.softmax(y @ w, -1) * 3
+
+    sched = schedule_of(fn, torch.randn(64, 32), torch.randn(32, 128))
+    externs = [r for r in sched.refusals if r.reason == "extern call"]
+    assert externs, sched.report()
+    kernel_nodes = {k.names for k in sched.kernels}
+    extern_names = {s.node.name for s in sched.steps if isinstance(s, scheduler.ExternCall)}
+    for r in externs:
+        sides = {r.first, r.second}
+        assert any(set(side) <= extern_names for side in sides), r  # one side is the call
+        assert any(side in kernel_nodes for side in sides), r  # the other a final kernel, whole
+    assert len({(r.first, r.second) for r in externs}) == len(externs)

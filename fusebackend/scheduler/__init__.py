@@ -22,7 +22,7 @@ from fusebackend.scheduler.cost_model import OPS_PER_BYTE_SAVED, TrafficModel, g
 from fusebackend.scheduler.fusion import Decision, Refusal, fuse
 from fusebackend.scheduler.groups import Groups
 from fusebackend.scheduler.ordering import memory_order
-from fusebackend.scheduler.recompute import Costly, inline_cheap
+from fusebackend.scheduler.recompute import Costly, Expanded, inline_cheap
 from fusebackend.scheduler.space import KernelSpace, plan_space
 
 
@@ -173,13 +173,16 @@ class _Fused:
 _FirstFusion = tuple[TrafficModel, Groups, list[Decision], list[Refusal]]
 
 
-def _fuse_and_recompute(graph: ir.IRGraph, weigh: bool, first: _FirstFusion | None = None) -> _Fused:
+def _fuse_and_recompute(graph: ir.IRGraph, weigh: bool, first: _FirstFusion | None = None,
+                        memo: Expanded | None = None) -> _Fused:
     # Fuse; then recompute, in their readers, the pointwise results that fusion left stored and
     # that are cheaper to compute again (recompute.py), and fuse again, until none is left.
     # ``weigh``: weigh the instructions recomputing adds (false: recompute costly values too);
-    # ``first``: the fusion of ``graph`` itself, where it was made already (either way's start).
+    # ``first``: the fusion of ``graph`` itself, where it was made already (either way's start);
+    # ``memo``: the expansions of nodes that no round rewrites, made once (``recompute._expand``).
     recomputed: tuple[ir.Pointwise, ...] = ()
     absorbed: tuple[ir.Pointwise, ...] = ()
+    memo = {} if memo is None else memo
     while True:
         if first is not None:
             (model, groups, decisions, refusals), first = first, None
@@ -190,7 +193,7 @@ def _fuse_and_recompute(graph: ir.IRGraph, weigh: bool, first: _FirstFusion | No
             return _Fused(graph, model, groups, decisions, refusals)
         stored = {b.name for g in groups.topological() for b in model.stored(groups.members[g])}
         kernel_of = {name: g for g in groups.topological() for name in groups.members[g]}
-        rewritten, more, chains, refused = inline_cheap(graph, stored, kernel_of, weigh)
+        rewritten, more, chains, refused = inline_cheap(graph, stored, kernel_of, weigh, memo)
         if not more:
             return _Fused(graph, model, groups, decisions, refusals, recomputed, absorbed, refused)
         graph, recomputed, absorbed = rewritten, recomputed + more, absorbed + chains
@@ -209,10 +212,11 @@ def schedule(graph: ir.IRGraph) -> Schedule:
     graph = _without_unread(graph)
     model = TrafficModel(graph)
     first = (model, *fuse(graph, model))
-    fused = _fuse_and_recompute(graph, True, first)
+    memo: Expanded = {}
+    fused = _fuse_and_recompute(graph, True, first, memo)
     compared = ""
     if fused.costly:
-        every = _fuse_and_recompute(graph, False, first)
+        every = _fuse_and_recompute(graph, False, first, memo)
         stored, recomputed_bytes = fused.kernel_bytes(), every.kernel_bytes()
         as_bytes = sum(c.instructions for c in fused.costly.values()) // OPS_PER_BYTE_SAVED
         compared = (f"stored, the kernels move {format_bytes(stored)}; recomputed, {format_bytes(recomputed_bytes)} "

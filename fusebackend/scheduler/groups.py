@@ -66,13 +66,14 @@ class Groups:
         self._gsucc = {n: set(s) - {n} for n, s in self.succ.items()}
         self._gpred = {n: set(p) - {n} for n, p in self.pred.items()}
         # the earliest graph position among the members of the groups a group reaches (itself
-        # included): ``reaches`` stops where it is past its target's first member. A group's
+        # included): ``_path`` stops where it is past its target's first member. A group's
         # own first member bounds nothing once groups merge: one entered by a late member can
         # feed another through an early one.
         self._reach_first = {n: self.order[n] for n in self.members}
         for g in reversed(self.topological()):
             for s in self._gsucc[g]:
                 self._reach_first[g] = min(self._reach_first[g], self._reach_first[s])
+        self._witness: dict[tuple[str, str], tuple[str, ...]] = {}  # ``cycle``'s paths found
         self._buffers_read: dict[str, list[str]] = {}
         # buffer -> the groups that read it, in graph order, kept on merges: horizontal
         # candidates pair a group with its nearest fellow readers, and a buffer that every
@@ -109,23 +110,52 @@ class Groups:
         assert owners[at] == g, f"group {g} missing from its buffer's readers"
         return at
 
-    def reaches(self, src: str, dst: str, skip_direct: bool) -> bool:
-        """Is there a path src -> ... -> dst (through another group when ``skip_direct``)?"""
+    def _path(self, src: str, dst: str, skip_direct: bool) -> list[str] | None:
+        """The groups between src and dst on a path from one to the other (through another
+        group when ``skip_direct``), in order; None where there is none."""
         limit = self.first(dst)
         succ, reach_first = self._gsucc, self._reach_first
-        stack = [s for s in succ[src] if not (skip_direct and s == dst)]
-        seen = set(stack)
+        came: dict[str, str] = {s: src for s in succ[src] if not (skip_direct and s == dst)}
+        stack = list(came)
         while stack:
             g = stack.pop()
             if g == dst:
-                return True
+                path = []
+                while (g := came[g]) != src:
+                    path.append(g)
+                return path[::-1]
             if reach_first[g] > limit:  # nothing g reaches is as early as dst
                 continue
             for s in succ[g]:
-                if s not in seen:
-                    seen.add(s)
+                if s not in came:
+                    came[s] = g
                     stack.append(s)
-        return False
+        return None
+
+    def known_cycle(self, a: str, b: str) -> bool:
+        """Whether a path ``cycle`` found between ``a`` and ``b`` still holds (no search)."""
+        kept = self._witness.get((a, b))
+        return kept is not None and all(self.group_of[n] not in (a, b) for n in kept)
+
+    def cycle(self, a: str, b: str) -> bool:
+        """Would merging ``a`` and ``b`` make a cycle: does a path lead from one to the other
+        through another group?
+
+        A path found is kept, by a node of each group on it: merges elsewhere only join groups
+        and their edges, so it holds while none of its nodes has joined ``a`` or ``b``, and a
+        pair refused again (each time one of the two has grown) is checked along it. Mamba's
+        residual adds of consecutive layers, each group grown node by node through a loop traced
+        over its positions, were refused 51 times each."""
+        if self.known_cycle(a, b):
+            return True
+        path = self._path(a, b, skip_direct=True)
+        if path is None:
+            path = self._path(b, a, skip_direct=True)
+        if path is None:
+            self._witness.pop((a, b), None)
+            return False
+        self._witness[(a, b)] = tuple(path)
+        return True
 
     def merge(self, a: str, b: str) -> str:
         keep, gone = (a, b) if self.order[a] <= self.order[b] else (b, a)

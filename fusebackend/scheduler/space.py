@@ -237,7 +237,7 @@ def _check_gathers(nodes: Sequence[ir.Node]) -> None:
     the stored nodes would, without walking a producer again for each index it is read at."""
     names = {n.name for n in nodes}
     for node in nodes:
-        for load in ir.loads(node.body):
+        for load in node.body_loads:
             if load.view.buffer.name in names and not isinstance(load, ir.Load) and load.computed_index() is None:
                 raise SpaceError(f"{node.name} gathers from {load.view.buffer.name}, which must be in memory")
 
@@ -250,7 +250,7 @@ def _check_rows(nodes: Sequence[ir.Node], space: KernelSpace) -> None:
     seen: set[tuple[str, tuple[sympy.Expr, ...]]] = set()
 
     def walk(node: ir.Node, subst: dict[sympy.Symbol, sympy.Expr]) -> None:
-        for load in ir.loads(node.body):
+        for load in node.body_loads:
             producer = producers.get(load.view.buffer.name)
             if producer is None:
                 continue
