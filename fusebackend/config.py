@@ -116,6 +116,10 @@ class Config:
     # products (H100, 2026-11-28); at 4 and 16 rows it reads the weight once a row and loses (the
     # 2048x8192 down projection 50 and 182 us against cuBLAS's 23, H100, 2026-11-27).
     row_products: int = dataclasses.field(default_factory=lambda: _env_int("FUSE_ROW_PRODUCTS", 1))
+    # FUSE_COLUMN_PRODUCTS: 1 generates matrix products of one column (a matrix times a vector,
+    # mm, addmm and bmm) as sum reductions over K, fused with what makes and reads them
+    # (lowering/matmuls.py, ``_column_product``); 0 leaves them to cuBLAS.
+    column_products: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_PRODUCTS", 1) != 0)
     # FUSE_FOREACH_LISTS: 1 generates each run of foreach calls left whole (an optimizer step over
     # more than foreach.MAX_TENSORS tensors) as one kernel over every tensor of the lists
     # (lowering/foreach_lists.py); 0 leaves them ATen calls, in place where they can be.

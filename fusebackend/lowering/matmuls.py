@@ -223,12 +223,66 @@ def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2
     return b.pointwise(tuple(meta.shape), meta.dtype, result, tuple(meta.stride()))
 
 
+def _column_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2: TensorArg,
+                    beta: Any = 1, alpha: Any = 1) -> TensorArg | None:
+    """``alpha * mat1 @ mat2 + beta * bias`` as a sum reduction over K where the product has one
+    column (a matrix times a vector, batched or not: ``mat1`` [..., M, K], ``mat2`` [..., K, 1]);
+    None where it does not apply.
+
+    Such a product reads each element of ``mat1`` once for two operations: a row reduction over
+    K, read along its rows where ``mat1`` is contiguous along K. As a library call it is also a
+    launch, and its input must be in memory: Mamba's selective scan (transformers' loop over the
+    positions) multiplies each position's state [b, 1536, 16], cast to bf16, by that position's
+    [b, 16, 1] projection, a bmm per position and layer (768 at 32 positions, 24 layers), each
+    beside a kernel of its own for the cast. Generated as a reduction, the product, its cast
+    and the state's update are one kernel's work (``config.column_products``)."""
+    if not config.column_products or not (isinstance(mat1, TensorArg) and isinstance(mat2, TensorArg)):
+        return None
+    dims = mat1.meta.dim()
+    if dims < 2 or mat2.meta.dim() != dims or sizevars.symbolic(tuple(mat1.sizes) + tuple(mat2.sizes)):
+        return None
+    *batch, m, k = tuple(mat1.sizes)
+    if mat2.sizes[-1] != 1 or k == 0 or m == 0 or 0 in batch or not mat1.dtype.is_floating_point:
+        return None
+    if tuple(mat2.sizes[:-2]) != tuple(batch) or (k > 1 and mat1.view.strides[-1] != 1):
+        return None  # broadcast batches; or each row's K read across rows (left to the library)
+    acc = ir.compute_dtype(mat1.dtype)
+
+    def products(ctx: LoweringContext) -> ir.Expr:
+        *lead, i, r = ctx.vars
+        return ir.op("mul", ir.cast(ir.Load(mat1.view, (*lead, i, r)), acc),
+                     ir.cast(ir.Load(mat2.view, (*lead, r, 0)), acc))
+
+    sums = b.reduce(mat1, [dims - 1], False, "sum", acc, products)
+    meta = b.out_meta
+
+    def result(ctx: LoweringContext) -> ir.Expr:
+        *lead, i, _ = ctx.vars
+        out: ir.Expr = ir.Load(sums.view, (*lead, i))
+        if alpha != 1:
+            out = ir.op("mul", out, ir.Constant(float(alpha), acc))
+        if bias is not None and beta != 0:
+            term = ir.cast(ir.Load(bias.view, (0,)), acc)  # a bias of one column: one value
+            out = ir.op("add", out, term if beta == 1 else ir.op("mul", term, ir.Constant(float(beta), acc)))
+        return out
+
+    return b.pointwise(tuple(meta.shape), meta.dtype, result, tuple(meta.stride()))
+
+
 @register_composite(aten.mm.default, symbolic=True)
 def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
-    rows = _row_product(b, None, self, mat2)
+    rows = _row_product(b, None, self, mat2) or _column_product(b, None, self, mat2)
     if rows is not None:
         return rows
     return _padded_product(b, aten.mm.default, None, self, mat2, {})
+
+
+@register_composite(aten.bmm.default)
+def bmm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
+    column = _column_product(b, None, self, mat2)
+    if column is None:
+        raise Unsupported("a batched product of more than one column")
+    return column
 
 
 @register_composite(aten.addmm.default, symbolic=True)
@@ -236,7 +290,7 @@ def addmm(b: GraphLowering, self: TensorArg, mat1: TensorArg, mat2: TensorArg, b
           alpha: Any = 1) -> TensorArg:
     if not isinstance(self, TensorArg) or self.meta.dim() != 1:
         raise Unsupported("a bias that is not one row")
-    rows = _row_product(b, self, mat1, mat2, beta, alpha)
+    rows = _row_product(b, self, mat1, mat2, beta, alpha) or _column_product(b, self, mat1, mat2, beta, alpha)
     if rows is not None:
         return rows
     return _padded_product(b, aten.addmm.default, self, mat1, mat2, {"beta": beta, "alpha": alpha})
