@@ -99,3 +99,21 @@ def test_a_scans_gradients_match_float64() -> None:
     expected = torch.autograd.grad(_scan(*leaves).square().sum(), leaves)
     for got, want in zip(grads, expected):
         torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("columns", [1, 6], ids=["one column", "six"])
+def test_a_batched_product_over_symbolic_sizes_compiles_once(columns: int) -> None:
+    # bmm's lowering declines symbolic sizes (the library's call, as traced): the graph is still
+    # compiled once for every size under FUSE_SYMBOLIC=auto, not once per shape
+    def fn(a: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(a, v).relu()
+
+    fusebackend.metrics.reset()
+    with fusebackend.config.patch(symbolic="auto", graph_cache=False):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="fuse", dynamic=True)
+        for n in (5, 7, 9):
+            a, v = torch.randn(3, n, 8), torch.randn(3, 8, columns)
+            torch.testing.assert_close(compiled(a, v), fn(a, v))
+    assert fusebackend.metrics.graphs_compiled == 1 and not fusebackend.metrics.not_symbolic
+    assert fusebackend.metrics.eager_graphs == 0

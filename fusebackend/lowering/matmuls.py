@@ -277,7 +277,7 @@ def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
     return _padded_product(b, aten.mm.default, None, self, mat2, {})
 
 
-@register_composite(aten.bmm.default)
+@register_composite(aten.bmm.default, symbolic=True)  # over symbolic sizes it declines: the library's, as traced
 def bmm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
     column = _column_product(b, None, self, mat2)
     if column is None:
