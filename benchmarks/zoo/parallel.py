@@ -10,7 +10,10 @@ cache folders of its own, writing under ``<out>/processes/``.
 The queue is staggered (``job_order``): a model's second process comes right after its first
 (on another slot, so on another GPU where there are two or more), then the next model's first,
 so that a run cut short (a job's time limit) leaves every model but the last measured in each
-process. The rows of the ``k``-th process of every model are one run, written as the zoo
+process. Where slots outnumber GPUs, the children on one GPU take turns to time and profile
+(``gpu_turn``: a lock file per GPU, named in ``$FUSE_ZOO_GPU_TURN``) while the others build,
+check and compile: a quick survey of many models on one GPU. The steps are timed alone on the GPU
+but not on the host (other processes' compiles share its cores), and the runs say so. The rows of the ``k``-th process of every model are one run, written as the zoo
 writes one (``<name>_p<k>.json``, ``.md``) after each child, with ``"partial": true`` in the
 environment until the last, then with its chart (``.png``); a table gives fuse over Inductor
 per model in each process and the lowest of them: a model is as fast as its slowest process
@@ -20,12 +23,14 @@ says (a host shared by several processes moves host-bound steps by up to a third
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -44,7 +49,7 @@ def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.d
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     workers = args.parallel or max(1, gpus)
     if gpus and workers > gpus:
-        print(f"zoo: {workers} processes at a time on {gpus} GPU(s): some share a GPU, and time each other's work",
+        print(f"zoo: {workers} processes at a time on {gpus} GPU(s): those on one GPU take turns to time it",
               flush=True)
     def written_so_far(runs: list[list[ZooRow]]) -> None:
         for p, rows in enumerate(runs, 1):
@@ -63,6 +68,26 @@ def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.d
     finish(runs[0], env, out, f"{name}_p1")
     print("\nfuse over Inductor in each process:\n" + table(runs))
     return runs[0]
+
+
+TURN = "FUSE_ZOO_GPU_TURN"  # the lock file of the GPU a child shares with others
+
+
+@contextlib.contextmanager
+def gpu_turn() -> Iterator[None]:
+    """This process's turn on its GPU, where it shares the GPU with other children of one run
+    (``$FUSE_ZOO_GPU_TURN`` names the GPU's lock file): held while its steps are timed and
+    profiled, so that no other child's timing runs meanwhile. Elsewhere it does nothing."""
+    path = os.environ.get(TURN)
+    if not path:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def child_arguments(argv: Sequence[str]) -> list[str]:
@@ -126,10 +151,12 @@ def run(items: Sequence[tuple[str, str]], passed: Sequence[str], workers: int, p
                 if not queue:
                     return
                 p, model, mode = queue.pop(0)
-            folder = os.path.join(out, "processes", f"{model}_{mode}_p{p}")
+            folder = os.path.join(out, "processes", f"{model.replace(':', '-')}_{mode}_p{p}")
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             if gpus:
                 env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+                if workers > gpus:
+                    env[TURN] = os.path.join(out, "processes", f"gpu{slot % gpus}.turn")
             cmd = [sys.executable, "-m", "benchmarks.zoo", "--models", model, "--mode", mode, "--out", folder, *passed]
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "log.txt"), "w") as stream:

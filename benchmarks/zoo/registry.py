@@ -12,7 +12,7 @@ gradients and activations in bf16 take at most about 30 GB).
 from __future__ import annotations
 
 from benchmarks.zoo import (
-    audio, decoders, diffusion, encoders, image_convnets, image_transformers, seq2seq, text, timm_models, tv,
+    audio, by_name, decoders, diffusion, encoders, image_convnets, image_transformers, seq2seq, text, timm_models, tv,
     vision,
 )
 from benchmarks.zoo.spec import ZooModel
@@ -224,6 +224,16 @@ _MODELS = [
 ]
 
 ZOO: dict[str, ZooModel] = {m.name: m for m in _MODELS}
+
+
+def entry(name: str) -> ZooModel:
+    """The zoo model ``name``, or a model outside the zoo by its library's name (``timm:NAME``,
+    ``tv:NAME``: ``by_name.py``); ``KeyError`` for any other name."""
+    if name in ZOO:
+        return ZOO[name]
+    if by_name.is_by_name(name):
+        return by_name.model(name)
+    raise KeyError(name)
 
 TRAIN_SET = ("gpt2", "llama", "bert", "t5", "vit", "resnet", "mobilenet_v2")
 TRAIN_REAL = ("gpt2", "llama", "resnet", "roberta", "deberta_v2", "opt", "gemma", "bart", "whisper", "wav2vec2",

@@ -55,10 +55,10 @@ import fusebackend
 from fusebackend.kernels import autotune
 from benchmarks.harness import recording_warnings, short_error
 from benchmarks.timing import TimingConfig, median_ms, synchronize
-from benchmarks.zoo import audit, chart, parallel, report
+from benchmarks.zoo import audit, by_name, chart, parallel, report
 from benchmarks.zoo.compare import output_error, output_tensors, relative_error
 from benchmarks.zoo.measure import StepProfile, host_time, peak_memory, profile_step
-from benchmarks.zoo.registry import TRAIN_REAL, ZOO
+from benchmarks.zoo.registry import TRAIN_REAL, ZOO, entry as zoo_entry
 from benchmarks.zoo.rows import (COMPILE_MODES, VARIANTS, RunOptions, VariantStats, ZooRow, backend_of,  # noqa: F401
                                  parse_variant)
 from benchmarks.zoo.spec import Built, narrow
@@ -274,7 +274,7 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
     kernels are audited (``_audit``), beside Inductor's profile."""
     train = mode == "train"
     row = ZooRow(name, mode)
-    entry = ZOO[name]
+    entry = zoo_entry(name)
     reason = entry.available()
     if reason is not None:
         row.status, row.message = "skipped", reason
@@ -310,9 +310,11 @@ def run_model(name: str, mode: str, options: RunOptions, log: Callable[[str], No
                 row.variants.append(stats)
                 if step is not None:
                     timed.append((stats, step))
-        if options.timed:
-            _time_in_rounds(timed, options, train)
-        profiles = {stats.variant: p for stats, step in timed if (p := _resources(stats, step, options)) is not None}
+        with parallel.gpu_turn():  # alone on the GPU, where other processes share it
+            if options.timed:
+                _time_in_rounds(timed, options, train)
+            profiles = {stats.variant: p for stats, step in timed
+                        if (p := _resources(stats, step, options)) is not None}
         for stats, _ in timed:  # after every variant's profile: fuse's kernels are set beside Inductor's
             _audit(stats, profiles, floors.get(stats.variant, {}), sources, options)
     except Exception as exc:
@@ -464,9 +466,10 @@ def mode_from(args: argparse.Namespace) -> str:
 def select(names: str, mode: str) -> list[tuple[str, str]]:
     """The (model, mode) pairs to run, inference first (see the module docstring)."""
     wanted = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in ZOO]
+    unknown = [n for n in wanted if n not in ZOO and not by_name.is_by_name(n)]
     if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}")
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(ZOO)}, or timm:NAME, tv:NAME "
+                         "for a model outside the zoo")
     items = []
     if mode in ("inference", "both"):
         items += [(n, "inference") for n in (wanted or ZOO)]
@@ -540,11 +543,14 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     items = select(args.models, mode)
     options = options_from(args)
     if options.device.type == "cuda":
-        options = dataclasses.replace(options, bandwidth=audit.copy_bandwidth(options.device))
+        with parallel.gpu_turn():
+            options = dataclasses.replace(options, bandwidth=audit.copy_bandwidth(options.device))
     modes = [m for m in report.MODES if any(item_mode == m for _, item_mode in items)]
     name = report.stem(options.size, modes or [mode])
     out = args.out or os.environ.get("OUT") or "bench_out"
     env = report.environment(options, modes)
+    if os.environ.get(parallel.TURN):
+        env["gpu"] = "shared: timed in turns, while other processes compiled on the host"
     if options.bandwidth:
         env["copy_gbps"] = round(options.bandwidth / 1e9, 1)
     counts = ", ".join(f"{sum(1 for _, m in items if m == each)} {each}" for each in modes)

@@ -55,14 +55,24 @@ class Decision:
         return f"{self.kind}: {'+'.join(self.first)} <- {'+'.join(self.second)} saves {self.bytes_saved} B"
 
 
+def never_merge(groups: Groups, a: str, b: str) -> str | None:
+    """The reason groups a and b can never become one kernel, whatever merges come after: one of
+    them is an extern call (externs stay alone, a group of one named as its node) or together they
+    are past ``max_fusion_size`` (groups only grow); None otherwise."""
+    if isinstance(groups.nodes.get(a), ir.Extern) or isinstance(groups.nodes.get(b), ir.Extern):
+        return "extern call"
+    if len(groups.members[a]) + len(groups.members[b]) > config.max_fusion_size:
+        return f"group would exceed {config.max_fusion_size} nodes"
+    return None
+
+
 def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     """None when groups a and b may become one kernel, otherwise the reason they may not."""
+    never = never_merge(groups, a, b)
+    if never is not None:
+        return never
     names = groups.members[a] + groups.members[b]
     nodes = sorted((groups.nodes[n] for n in names), key=lambda n: groups.order[n.name])
-    if any(isinstance(n, ir.Extern) for n in nodes):
-        return "extern call"
-    if len(nodes) > config.max_fusion_size:
-        return f"group would exceed {config.max_fusion_size} nodes"
     if groups.cycle(a, b):
         return CYCLE
     recompute = window_recompute(nodes, model.positions_read, lambda: sum(model.traffic(names)))
@@ -190,11 +200,9 @@ def fuse(graph: ir.IRGraph, model: TrafficModel) -> tuple[Groups, list[Decision]
     holding = Holding(groups, model)
     heap: list[tuple[int, int, int, int, str, str, str, int, int]] = []
     lasting: set[tuple[str, str]] = set()  # pairs that can never merge, by a node of each
-    externs = {n.name for n in graph.nodes if isinstance(n, ir.Extern)}
 
     def push(a: str, b: str, kind: str) -> None:
-        if (a in externs or b in externs
-                or len(groups.members[a]) + len(groups.members[b]) > config.max_fusion_size):
+        if never_merge(groups, a, b) is not None:
             lasting.add((a, b))
             return
         if groups.known_cycle(a, b):  # refused before, and still: a merge of either checks again
@@ -243,10 +251,8 @@ def _lasting_refusals(groups: Groups, model: TrafficModel,
         first, second = groups.members[a], groups.members[b]
         if model.bytes_saved(first, second) <= 0:
             continue
-        if any(isinstance(groups.nodes[n], ir.Extern) for n in first + second):
-            reason = "extern call"
-        else:
-            reason = f"group would exceed {config.max_fusion_size} nodes"
+        reason = never_merge(groups, a, b)  # a pair that could never merge still cannot
+        assert reason is not None, (a, b)
         out[(a, b)] = Refusal(tuple(first), tuple(second), reason)
     return out
 
