@@ -445,7 +445,7 @@ def _one_to_one(elements: int | sympy.Expr, size: int) -> bool:
 # MobileNetV2 and EfficientNet pad as TensorFlow does) has a few more elements than its input:
 # compared with the pad's size, its batch norm and activation counted 0 instructions an
 # element, and were evaluated again at each of the convolution's 9 taps.
-ONE_TO_ONE = 2
+ONE_TO_ONE = 16
 
 
 def _varying_instructions(producer: ir.Pointwise, pointwise: Mapping[str, ir.Pointwise]) -> int:
