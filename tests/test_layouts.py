@@ -10,6 +10,7 @@ time), and that what the user sees keeps eager's layout.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 import pytest
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 
 import fusebackend
 from fusebackend.kernels import wrapper_calls
-from helpers import assert_same, compile_fn, kernel_count
+from helpers import assert_same, compile_fn, kernel_count, kernels
 
 
 @pytest.fixture
@@ -377,3 +378,70 @@ def test_an_extern_takes_its_traced_layout_only_for_the_inputs_it_was_traced_wit
     assert inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)), k), {})  # the transpose it was traced with
     assert not inputs_as_traced(traced, (arg((2, 3, 5), (15, 5, 1)), k), {})  # written contiguous instead
     assert not inputs_as_traced(traced, (arg((2, 3, 5), (15, 1, 3)),), {})  # an argument the trace lacks
+
+
+class SplitSum(nn.Module):
+    """ResNeSt's split attention in short: a convolution's channels in two radix halves, summed
+    (``view(B, 2, C, H, W).sum(1)``), pooled to per-channel weights and summed again weighted."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 2 * c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(2 * c)
+        self.fc = nn.Conv2d(c, 2 * c, 1)
+        self.out = nn.Conv2d(c, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn(self.conv(x)))
+        b, rc, h, w = y.shape
+        y = y.view(b, 2, rc // 2, h, w)
+        gap = y.sum(1).mean((2, 3), keepdim=True)
+        attn = self.fc(gap).view(b, 2, rc // 2, 1, 1).softmax(1)
+        return self.out((y * attn).sum(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sum_over_a_channels_last_views_dim_keeps_the_channels_fastest(dtype: torch.dtype,
+                                                                         layout_copies: list[str]) -> None:
+    """ATen's sum returns a contiguous result; of a channels-last tensor's view it is laid out
+    channels-last here (``layouts.reduction_layout``), so that the summing kernels read and
+    write along the channels, and the next convolution reads it with no copy."""
+    torch.manual_seed(0)
+    model = SplitSum().eval().to(dtype)
+    x = torch.randn(2, 3, 7, 9, dtype=dtype)
+    with fusebackend.config.patch(conv_layout="channels_last"), torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="fuse")(x)
+    assert_same(out, expected)
+    assert out.is_contiguous()  # what the user sees keeps eager's layout
+    assert layout_copies == []
+    sums = {k: src for k, src in kernels().items() if k.endswith("_sum")}
+    assert len(sums) == 2, sorted(kernels())
+    for name, src in sums.items():
+        load = next(line for line in src.splitlines() if "tl.load(in_ptr0" in line)
+        # the convolution's output read along its channels: the lanes' offsets step by 1
+        assert re.search(r"\d\*xindex", load) is None, (name, load)
+    # the image is copied to channels-last for the first convolution; the weighted sum is not
+    # for the last one
+    copies = [k for k, src in kernels().items() if "(channels-last input of a convolution)" in src]
+    assert len(copies) == 1, copies
+
+
+def test_reduction_layout_follows_the_inputs_order_only_where_it_differs() -> None:
+    from fusebackend.lowering import layouts
+
+    class Arg:
+        def __init__(self, meta: torch.Tensor) -> None:
+            self.meta = meta
+
+    last = torch.empty(2, 8, 5, 6, device="meta").to(memory_format=torch.channels_last)
+    view = last.view(2, 2, 4, 5, 6)
+    meta = torch.ops.aten.sum.dim_IntList(view, [1])
+    assert meta.stride() == (120, 30, 6, 1)  # ATen's: contiguous
+    got = layouts.reduction_layout(meta, (Arg(view), [1]), {})
+    assert got.shape == meta.shape and got.stride() == (120, 1, 24, 4)
+    kept = layouts.reduction_layout(torch.ops.aten.sum.dim_IntList(last, [1], True), (Arg(last), [1], True), {})
+    assert kept.stride() == (30, 30, 6, 1)  # the channels summed: rows of pixels, contiguous as ATen gives
+    plain = torch.empty(2, 8, 5, 6, device="meta")
+    out = torch.ops.aten.sum.dim_IntList(plain, [1])
+    assert layouts.reduction_layout(out, (Arg(plain), [1]), {}) is out

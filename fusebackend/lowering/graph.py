@@ -327,6 +327,8 @@ class GraphLowering(SymbolicSizes, IRBuilder):
                 out_meta = layouts.pointwise_layout(out_meta, tensors)
                 return self.lower_node(target, POINTWISE[target], args, kwargs, out_meta)
             if target in COMPOSITE and target not in OWN_FIRST:
+                if target in layouts.REDUCTIONS:
+                    out_meta = layouts.reduction_layout(out_meta, args, kwargs)
                 return self._composite(target, args, kwargs, out_meta)
         except Exception as exc:  # declined (Unsupported) or a bug: this op alone is an ATen call
             del self.nodes[mark:]  # a lowering that fails leaves nothing behind
