@@ -51,6 +51,7 @@ def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.d
     if gpus and workers > gpus:
         print(f"zoo: {workers} processes at a time on {gpus} GPU(s): those on one GPU take turns to time it",
               flush=True)
+        env = dict(env, gpu=SHARED)
     def written_so_far(runs: list[list[ZooRow]]) -> None:
         for p, rows in enumerate(runs, 1):
             if rows:
@@ -71,6 +72,7 @@ def main(args: argparse.Namespace, items: list[tuple[str, str]], device: torch.d
 
 
 TURN = "FUSE_ZOO_GPU_TURN"  # the lock file of the GPU a child shares with others
+SHARED = "shared: timed in turns, while other processes compiled on the host"  # the runs' environment says
 
 
 @contextlib.contextmanager

@@ -550,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> list[ZooRow]:
     out = args.out or os.environ.get("OUT") or "bench_out"
     env = report.environment(options, modes)
     if os.environ.get(parallel.TURN):
-        env["gpu"] = "shared: timed in turns, while other processes compiled on the host"
+        env["gpu"] = parallel.SHARED
     if options.bandwidth:
         env["copy_gbps"] = round(options.bandwidth / 1e9, 1)
     counts = ", ".join(f"{sum(1 for _, m in items if m == each)} {each}" for each in modes)
