@@ -306,7 +306,11 @@ def _bn_pad_depthwise(x, mean, var, w, b, taps):
     return F.conv2d(F.pad(y, (1, 1, 1, 1)), taps, groups=x.shape[1])
 
 
-@pytest.mark.parametrize("shape, dtype, layout", [((2, 8, 9, 11), f32, "contiguous"), ((1, 3, 5, 4), bf16, "sliced"),
+# float32 only: in bf16 the batch norm and ReLU6 (21 instructions an element) are stored before the
+# window, not evaluated at its 9 taps (17-27 instructions per byte saved, above OPS_PER_BYTE_SAVED);
+# a (1, 3, 5, 4) image fused in bf16 only while a tensor under half its reader's size (the image,
+# 60 elements, against its pad's 126) counted as read broadcast (ONE_TO_ONE was 2)
+@pytest.mark.parametrize("shape, dtype, layout", [((2, 8, 9, 11), f32, "contiguous"), ((1, 3, 5, 4), f32, "sliced"),
                                                    ((2, 4, 1, 7), f32, "transposed")], ids=str)
 def test_a_padded_window_reads_each_per_channel_value_once(shape: tuple[int, ...], dtype: torch.dtype,
                                                           layout: str) -> None:
