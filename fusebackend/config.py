@@ -127,6 +127,9 @@ class Config:
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)
+    # FUSE_UNROLLED_REDUCTION: the most positions a reduction unrolls into a pointwise node
+    # (lowering/unrolled.py); 1 unrolls none.
+    unrolled_reduction: int = dataclasses.field(default_factory=lambda: _env_int("FUSE_UNROLLED_REDUCTION", 8))
     # FUSE_REUSE_BUFFERS: 0 allocates every kernel output new, where the wrapper's memory plan
     # would hand it the memory of a buffer that died before it, or of the input its kernel
     # reads for the last time (codegen/memory.py).

@@ -279,7 +279,7 @@ def test_layer_norm_saved_statistics() -> None:
 
 
 def test_rows_and_columns_are_two_kernels() -> None:
-    check(lambda x: (x.sum(-1), x.sum(0)), torch.randn(8, 64))
+    check(lambda x: (x.sum(-1), x.sum(0)), torch.randn(16, 64))  # (columns of 8 would be unrolled)
     assert kernel_count() == 2
     assert "reductions differ" in fusebackend.last_compiled().schedule
 

@@ -49,6 +49,7 @@ from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.symbolic_sizes import SymbolicSizes
+from fusebackend.lowering.unrolled import unroll_short_reductions
 from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
 from fusebackend.provenance import source_name
 
@@ -594,4 +595,5 @@ def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs
     fold_foreign(gm, lowering.device)
     graph = lowering.run()
     graph = prove_positions(graph)  # gathers whose indices are known in range: no check
+    graph = unroll_short_reductions(graph)  # reductions of a few positions: pointwise nodes
     return graph, lowering.moved_inputs

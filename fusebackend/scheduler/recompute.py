@@ -232,6 +232,7 @@ def _pins(graph: ir.IRGraph, kernel_of: dict[str, str] | None = None) -> _Pins:
     gathered: set[str] = set()  # read through a gather (recomputed there only by substitute_gathered)
     computed: set[str] = set()  # pointwise nodes so far
     before_mutation: set[str] = set()  # those computed before the latest mutating extern
+    size_of = {n.buffer.name: size_hint(n.buffer.numel) for n in graph.nodes if isinstance(n, ir.Pointwise)}
     for node in graph.nodes:
         for view in node.reads():
             readers[view.buffer.name] = readers.get(view.buffer.name, 0) + 1
@@ -247,8 +248,12 @@ def _pins(graph: ir.IRGraph, kernel_of: dict[str, str] | None = None) -> _Pins:
         else:
             gathered |= {ld.view.buffer.name for ld in ir.node_loads(node) if isinstance(ld, ir.IndirectLoad)}
             # read at several positions by one node (a window): recomputed there, it would be
-            # computed once per position (cost_model.window_recompute)
-            pinned |= {name for name, count in positions_read(node).items() if count > 1}
+            # computed once per position (cost_model.window_recompute); not where the positions
+            # together are no more evaluations than its elements (a reduction over few
+            # positions unrolled, reading each element once: ``lowering.unrolled``)
+            evaluations = size_hint(node.buffer.numel)
+            pinned |= {name for name, count in positions_read(node).items()
+                       if count > 1 and count * evaluations > size_of.get(name, 0)}
         if isinstance(node, ir.Scatter):
             # its target is the memory it writes into; and its expressions take no substitution
             pinned |= {v.buffer.name for v in node.reads()}
