@@ -127,6 +127,11 @@ class Config:
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)
+    # FUSE_PRODUCT_TEMPLATES: matrix products (mm, addmm) as generated Triton kernels that take
+    # their pointwise epilogues (lowering/matmuls.py, codegen/product.py): auto (under
+    # mode="max-autotune" in Triton's interpreter; on a GPU the library's call stays until a timed
+    # choice between the two is made), always, never.
+    product_templates: str = dataclasses.field(default_factory=lambda: _env_str("FUSE_PRODUCT_TEMPLATES", "auto"))
     # FUSE_UNROLLED_REDUCTION: the most positions a reduction unrolls into a pointwise node
     # (lowering/unrolled.py); 1 unrolls none.
     unrolled_reduction: int = dataclasses.field(default_factory=lambda: _env_int("FUSE_UNROLLED_REDUCTION", 8))

@@ -113,6 +113,9 @@ class Reduction(_Computed):
     origin: str
     recomputes: tuple[str, ...] = ()  # as for Pointwise
     source_valid: Expr | None = None
+    # a matrix product [M, N] over K (``lowering.matmuls``): the body is a factor over (i0, r0)
+    # times one over (r0, i1), generated with ``tl.dot`` over tiles (``codegen/product.py``)
+    product: bool = False
 
     def __post_init__(self) -> None:
         if self.reduction_type not in REDUCTION_TYPES:

@@ -61,7 +61,7 @@ def compile_graph(gm: torch.fx.GraphModule | Callable[[], torch.fx.GraphModule],
         copied: frozenset[str] = frozenset()
         while True:
             with metrics.timed("lower", seconds):  # ATen ops -> IR nodes; views -> index expressions
-                graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes, copied)
+                graph, moved = lowering.lower(gm, args, name, user_outputs, symbolic_sizes, copied, autotune)
             _check_device(graph.device)
             with metrics.timed("verify", seconds):  # the IR's invariants
                 ir.verify(graph)

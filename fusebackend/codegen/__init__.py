@@ -5,6 +5,7 @@ import dataclasses
 from fusebackend import ir
 from fusebackend.codegen.body import KernelSource
 from fusebackend.codegen.pointwise import generate_pointwise
+from fusebackend.codegen.product import generate_product, product_of
 from fusebackend.codegen.reduction import generate_reduction
 from fusebackend.codegen.scan import generate_scan
 from fusebackend.codegen.scatter import generate_scatter
@@ -15,7 +16,8 @@ from fusebackend.scheduler import ExternCall, KernelPlan, Schedule
 
 def generate(plan: KernelPlan, index: int, pdl: bool = False, launch: dict[str, int] | None = None) -> KernelSource:
     """Triton source for one kernel plan: a scatter kernel when the plan scatters, a scan kernel
-    when it scans, a reduction kernel when it reduces, else a pointwise kernel.
+    when it scans, a product kernel for a matrix product, a reduction kernel when it reduces,
+    else a pointwise kernel.
 
     ``pdl``: the kernel is launched with programmatic dependent launch (``runtime.use_pdl``):
     it may start while the kernel before it in the stream still runs, so its first statement
@@ -35,6 +37,10 @@ def _generate(plan: KernelPlan, index: int, pdl: bool, launch: dict[str, int] | 
         source = generate_scatter(plan, index, pdl, launch)
     elif isinstance(plan.space.anchor, ir.Scan):
         source = generate_scan(plan, index, pdl, launch)
+    elif product_of(plan) is not None:
+        source = generate_product(plan, index, pdl, launch)
+        if source is None:
+            return None
     elif plan.space.anchor is not None:
         source = generate_reduction(plan, index, pdl, launch)
     else:

@@ -417,8 +417,8 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
                if x_ragged else f"x_tiles = {tile.inner} // XBLOCK")
         w.line("y_tiles = (ysize + YBLOCK - 1) // YBLOCK" if rows else f"y_tiles = {ceil_div(tile.ysize, launch['YBLOCK'])}"
                if y_ragged else f"y_tiles = {'ysize' if symbolic else tile.ysize} // YBLOCK")
-        _tile_axis(w, "x_inner", "(pid % x_tiles) * XBLOCK", "[None, :]", "XBLOCK", "xcmask", "xsize", columns, x_ragged)
-        _tile_axis(w, "y_index", "((pid // x_tiles) % y_tiles) * YBLOCK", "[:, None]", "YBLOCK", "ymask", "ysize", rows,
+        tile_axis(w, "x_inner", "(pid % x_tiles) * XBLOCK", "[None, :]", "XBLOCK", "xcmask", "xsize", columns, x_ragged)
+        tile_axis(w, "y_index", "((pid // x_tiles) % y_tiles) * YBLOCK", "[:, None]", "YBLOCK", "ymask", "ysize", rows,
                    y_ragged)
         w.line("x_outer = pid // (x_tiles * y_tiles)")
         w.lines(body.lines)
@@ -440,7 +440,7 @@ def _ragged_note(y_ragged: tuple[int, int] | None, x_ragged: tuple[int, int] | N
             if axes else "")
 
 
-def _tile_axis(w: LineWriter, index: str, start: str, axis: str, block: str, mask: str, size: str, masked: bool,
+def tile_axis(w: LineWriter, index: str, start: str, axis: str, block: str, mask: str, size: str, masked: bool,
                ragged: tuple[int, int] | None = None) -> None:
     """A tile's index along one axis: ``start``, the block's first position, plus its lanes;
     along an extent of symbolic ``size`` (``masked``), past its end the last position again, and

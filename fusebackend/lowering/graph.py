@@ -43,7 +43,7 @@ from torch.utils import _pytree as pytree
 from fusebackend import foreach, indexing, ir, metrics, sizevars, symbolic
 from fusebackend.config import config
 from fusebackend.constants import fold_foreign
-from fusebackend.lowering import attention_heads, foreach_lists, layouts, product_epilogues, trace
+from fusebackend.lowering import attention_heads, foreach_lists, layouts, product_epilogues, product_templates, trace
 from fusebackend.lowering.builder import IRBuilder
 from fusebackend.lowering.index_bounds import prove_positions
 from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
@@ -92,8 +92,9 @@ class GraphLowering(SymbolicSizes, IRBuilder):
 
     def __init__(self, gm: torch.fx.GraphModule, args: Sequence[Any], name: str,
                  user_outputs: int | None = None, symbolic_sizes: bool = False,
-                 copied: Collection[str] = ()) -> None:
+                 copied: Collection[str] = (), autotune: bool = False) -> None:
         self.gm = gm
+        self.autotune = autotune  # mode="max-autotune": products may be generated (lowering.matmuls)
         self.copied = copied  # inputs that ATen copies into, never written in place (lower())
         self.symbolic = symbolic_sizes  # sizes as Dynamo's symbols, for all their values (lower())
         self.args = list(args)
@@ -578,19 +579,22 @@ class GraphLowering(SymbolicSizes, IRBuilder):
 
 
 def lower(gm: torch.fx.GraphModule, args: Sequence[Any], name: str, user_outputs: int | None = None,
-          symbolic_sizes: bool = False, copied: Collection[str] = ()) -> tuple[ir.IRGraph, list[int]]:
+          symbolic_sizes: bool = False, copied: Collection[str] = (), autotune: bool = False
+          ) -> tuple[ir.IRGraph, list[int]]:
     """Lower ``gm`` for these concrete inputs; returns the IR graph and the inputs to move to its device.
 
     ``user_outputs``: how many of the graph's first outputs the user sees (the rest are saved for
     a backward graph); these keep eager's layouts. None: all of them. ``symbolic_sizes``: sizes
     stay Dynamo's symbols (for every value; ``args`` give one), or ``sizevars.NotSymbolic``.
-    ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place."""
+    ``copied``: inputs (``arg3``) whose ``copy_`` ATen makes, not a kernel in place.
+    ``autotune``: compiled under mode="max-autotune"."""
     attention_heads.share_kv_heads(gm)  # grouped-query attention reads the unrepeated heads
-    product_epilogues.fold_activations(gm)  # a product's ReLU or tanh-GELU in cuBLASLt's epilogue
+    if not product_templates.wanted(autotune):  # (a generated product takes its epilogue itself)
+        product_epilogues.fold_activations(gm)  # a product's ReLU or tanh-GELU in cuBLASLt's epilogue
     foreach.in_place_chains(gm)  # foreach calls left whole update the inputs in place
     if config.foreach_lists:
         foreach_lists.fuse_runs(gm)  # and their runs are one generated kernel over every tensor
-    lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied)
+    lowering = GraphLowering(gm, args, name, user_outputs, symbolic_sizes, copied, autotune)
     # CPU tensors a CUDA graph makes from constants: made once, here, not at every call
     fold_foreign(gm, lowering.device)
     graph = lowering.run()

@@ -40,6 +40,7 @@ import torch
 from fusebackend import ir, sizevars
 from fusebackend.config import config
 from fusebackend.lowering.graph import GraphLowering
+from fusebackend.lowering.product_templates import product_result, template_product
 from fusebackend.lowering.values import LoweringContext, TensorArg
 from fusebackend.lowering.registry import POINTWISE, Unsupported, register_composite
 
@@ -208,19 +209,7 @@ def _row_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2
         return ir.op("mul", ir.cast(ir.Load(view, (i, r)), acc), ir.cast(ir.Load(mat2.view, (r, j)), acc))
 
     sums = b.reduce(domain, [2], False, "sum", acc, products)
-    meta = b.out_meta
-
-    def result(ctx: LoweringContext) -> ir.Expr:
-        i, j = ctx.vars
-        out: ir.Expr = ir.Load(sums.view, (i, j))
-        if alpha != 1:
-            out = ir.op("mul", out, ir.Constant(float(alpha), acc))
-        if bias is not None and beta != 0:  # beta 0: the bias is not read (eager ignores even NaN there)
-            term = ir.cast(ir.Load(bias.view, (j if bias.sizes[0] != 1 else 0,)), acc)  # a row of N, or one value
-            out = ir.op("add", out, term if beta == 1 else ir.op("mul", term, ir.Constant(float(beta), acc)))
-        return out
-
-    return b.pointwise(tuple(meta.shape), meta.dtype, result, tuple(meta.stride()))
+    return product_result(b, sums, bias, beta, alpha)
 
 
 def _column_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, mat2: TensorArg,
@@ -271,7 +260,8 @@ def _column_product(b: GraphLowering, bias: TensorArg | None, mat1: TensorArg, m
 
 @register_composite(aten.mm.default, symbolic=True)
 def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
-    rows = _row_product(b, None, self, mat2) or _column_product(b, None, self, mat2)
+    rows = (_row_product(b, None, self, mat2) or _column_product(b, None, self, mat2)
+            or template_product(b, None, self, mat2))
     if rows is not None:
         return rows
     return _padded_product(b, aten.mm.default, None, self, mat2, {})
@@ -290,7 +280,8 @@ def addmm(b: GraphLowering, self: TensorArg, mat1: TensorArg, mat2: TensorArg, b
           alpha: Any = 1) -> TensorArg:
     if not isinstance(self, TensorArg) or self.meta.dim() != 1:
         raise Unsupported("a bias that is not one row")
-    rows = _row_product(b, self, mat1, mat2, beta, alpha) or _column_product(b, self, mat1, mat2, beta, alpha)
+    rows = (_row_product(b, self, mat1, mat2, beta, alpha) or _column_product(b, self, mat1, mat2, beta, alpha)
+            or template_product(b, self, mat1, mat2, beta, alpha))
     if rows is not None:
         return rows
     return _padded_product(b, aten.addmm.default, self, mat1, mat2, {"beta": beta, "alpha": alpha})

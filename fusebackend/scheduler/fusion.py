@@ -17,7 +17,7 @@ import dataclasses
 import heapq
 import itertools
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import sympy
 
@@ -79,6 +79,9 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     if recompute is not None:
         return recompute
     stored = model.stored(names)
+    product = _product_refusal(nodes, stored)
+    if product is not None:
+        return product
     orders = _stored_orders(nodes, stored)
     if orders is not None:
         return orders
@@ -87,6 +90,25 @@ def why_not(groups: Groups, model: TrafficModel, a: str, b: str) -> str | None:
     except SpaceError as exc:
         return str(exc)
     return _stores_across_rows(nodes, stored, space)
+
+
+def _product_refusal(nodes: Sequence[ir.Node], stored: Iterable[ir.Buffer]) -> str | None:
+    """Why a matrix product's kernel (``codegen/product.py``) may not hold these nodes: it
+    computes one product, what feeds it (inside its loop over K, never stored) and what is
+    computed from it on its output's tiles; None where it may (or holds no product)."""
+    products = [n for n in nodes if isinstance(n, ir.Reduction) and n.product]
+    if not products:
+        return None
+    if len(products) > 1 or any(isinstance(n, (ir.Reduction, ir.Scan, ir.Scatter)) and n is not products[0]
+                                for n in nodes):
+        return "a product's kernel computes no other reduction, scan or scatter"
+    after = {products[0].name}  # the product and what the group computes from it
+    for node in nodes:  # (in execution order)
+        if any(v.buffer.name in after for v in node.reads()):
+            after.add(node.name)
+    if any(buf.name not in after or buf.numel != products[0].buffer.numel for buf in stored):
+        return "a product's kernel stores only the product and values of its shape computed from it"
+    return None
 
 
 def _memory_dims(buf: ir.Buffer) -> tuple[int, ...] | None:
