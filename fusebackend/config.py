@@ -127,7 +127,7 @@ class Config:
     # FUSE_COLUMN_TILES: 0 keeps pointwise kernels that read per-channel values of channels-last
     # tensors flat (codegen/pointwise.py, ``column_tile``), for comparisons.
     column_tiles: bool = dataclasses.field(default_factory=lambda: _env_int("FUSE_COLUMN_TILES", 1) != 0)
-    # FUSE_PRODUCT_TEMPLATES: matrix products (mm, addmm) as generated Triton kernels that take
+    # FUSE_PRODUCT_TEMPLATES: matrix products (mm, addmm, bmm) as generated Triton kernels that take
     # their pointwise epilogues (lowering/matmuls.py, codegen/product.py): auto (under
     # mode="max-autotune" in Triton's interpreter; on a GPU the library's call stays until a timed
     # choice between the two is made), always, never.

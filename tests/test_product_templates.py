@@ -141,3 +141,18 @@ def test_a_returned_factor_of_the_products_shape_is_stored_by_its_own_kernel(alw
     check(fn, x, w, **TOL[f32])
     dots = [s for s in kernels().values() if "tl.dot(" in s]
     assert len(dots) == 1 and dots[0].count("tl.store(") == 1, list(kernels())
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16])
+def test_a_batched_product_and_its_scale_and_softmax_input_are_one_kernel(always, dtype: torch.dtype) -> None:
+    # attention scores written out by hand: q @ k^T per batch and head, scaled, plus a mask
+    q, k = torch.randn(6, 40, 32, dtype=dtype), torch.randn(6, 24, 32, dtype=dtype)
+    mask = torch.randn(40, 24, dtype=dtype)
+
+    def fn(q, k, mask):
+        return torch.bmm(q, k.transpose(1, 2)) * 0.125 + mask
+
+    check(fn, q, k, mask, **TOL[dtype])
+    _no_library_products()
+    name, source = _the_kernel()
+    assert name.startswith("fused_mm0_bmm") and "x_outer = tl.program_id(0) // " in source, source

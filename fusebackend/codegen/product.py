@@ -1,6 +1,7 @@
 """Product kernels: a matrix product's reduction (``ir.Reduction.product``) and its epilogue.
 
-Each program computes one ``[YBLOCK, XBLOCK]`` tile of the [M, N] output: a loop over K in steps
+Each program computes one ``[YBLOCK, XBLOCK]`` tile of the [M, N] output (of one of a bmm's
+[B, M, N] matrices, ``x_outer``): a loop over K in steps
 of ``KBLOCK`` loads a ``[YBLOCK, KBLOCK]`` tile of the first factor and a ``[KBLOCK, XBLOCK]`` tile
 of the second and accumulates ``tl.dot`` of them in fp32; then every node of the plan that reads
 the product (its epilogue: a bias, an activation, a residual, a cast) is computed on the
@@ -28,7 +29,7 @@ import torch
 from fusebackend import indexing, ir
 from fusebackend.codegen.body import KernelBody, KernelSource
 from fusebackend.codegen.kernel_header import GRID_WAIT, HEADER, describe, kernel_name
-from fusebackend.codegen.pointwise import X_INNER, XDIMS, Y_INDEX, tile_axis
+from fusebackend.codegen.pointwise import X_INNER, X_OUTER, XDIMS, Y_INDEX, tile_axis
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.config import use_interpreter
 from fusebackend.scheduler import KernelPlan
@@ -68,7 +69,8 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     """The product's kernel; None for a candidate's blocks that do not fit its extents."""
     red = product_of(plan)
     assert red is not None
-    m, n = (int(d) for d in red.buffer.sizes)
+    *lead, m, n = (int(d) for d in red.buffer.sizes)
+    batch = lead[0] if lead else 1  # a bmm's batch: one program's tile lies in one matrix
     (k,) = (int(d) for d in red.reduction_ranges)
     chosen = product_config(m, n, k)
     if launch is not None:
@@ -80,21 +82,23 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     fa, fb = _factors(red)
     space = plan.space
     body = KernelBody(plan, space, XDIMS)  # no masks: blocks within the extents, K tiled exactly
-    body.ranges = {Y_INDEX: m, X_INNER: n, K_ROW: k, K_COL: k}
-    body.x_symbols = frozenset({Y_INDEX, X_INNER, K_ROW, K_COL})
+    body.ranges = {X_OUTER: batch, Y_INDEX: m, X_INNER: n, K_ROW: k, K_COL: k}
+    body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER, K_ROW, K_COL})
+    body.program_scalars = frozenset({X_OUTER})
     body.rank = 2
     body.element_loads = False
     body.x_zero = "0 * y_index + 0 * x_inner"
-    tiled = {X: Y_INDEX * n + X_INNER}
+    tiled = {X: (X_OUTER * (m * n) if lead else 0) + Y_INDEX * n + X_INNER}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in mapping.items()} for name, mapping in space.mapping.items()}
-    i0, i1 = indexing.loop_vars("i", 2)
+    *ib, im, i_n = indexing.loop_vars("i", len(red.buffer.sizes))
     (r0,) = indexing.loop_vars("r", 1)
+    outer = {ib[0]: X_OUTER} if ib else {}
     body.push()  # the loop's scope: nothing loaded in it is reused after it
     # both factors in one half dtype go to tl.dot as they are; in the interpreter, widened
     # (its tl.dot of bf16 tiles returns garbage: Triton 3.9), which sums the same products
     half = _half(fa) is not None and _half(fa) == _half(fb) and not use_interpreter()
-    a = _operand(body, fa, {i0: Y_INDEX, r0: K_ROW}, half)
-    b = _operand(body, fb, {r0: K_COL, i1: X_INNER}, half)
+    a = _operand(body, fa, {**outer, im: Y_INDEX, r0: K_ROW}, half)
+    b = _operand(body, fb, {**outer, r0: K_COL, i_n: X_INNER}, half)
     loop = body.pop()
     precision = "" if half else ', input_precision="ieee"'
     acc = body.new_temp(XDIMS)
@@ -118,12 +122,16 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
-        w.line(f"# a product of [{m}, {k}] by [{k}, {n}] in tiles of [YBLOCK, XBLOCK], K in steps of KBLOCK (tl.dot, "
+        w.line(f"# a product of [{m}, {k}] by [{k}, {n}]" + (f", {batch} of them," if lead else "") + " in tiles of [YBLOCK, XBLOCK], K in steps of KBLOCK (tl.dot, "
                "fp32 sums); what reads it computed on the tile")
         if pdl:
             w.line(GRID_WAIT)
-        w.line("pid = tl.program_id(0)")
         x_tiles, y_tiles = ceil_div(n, launch["XBLOCK"]), ceil_div(m, launch["YBLOCK"])
+        if lead:
+            w.line(f"x_outer = tl.program_id(0) // {x_tiles * y_tiles}")
+            w.line(f"pid = tl.program_id(0) % {x_tiles * y_tiles}")
+        else:
+            w.line("pid = tl.program_id(0)")
         # programs in groups of GROUP_ROWS tile rows, column by column: the group's programs in
         # flight share their rows of the first factor and their columns of the second in L2
         w.line(f"group = pid // {GROUP_ROWS * x_tiles}")
@@ -144,16 +152,16 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
         w.lines(body.lines)
         for ptr, offset, value in stores:
             w.line(f"tl.store({ptr} + ({offset}), {value})")
-    grid = ceil_div(n, launch["XBLOCK"]) * ceil_div(m, launch["YBLOCK"])
-    return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (m * n,), grid, launch, plan,
+    grid = batch * ceil_div(n, launch["XBLOCK"]) * ceil_div(m, launch["YBLOCK"])
+    return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (batch * m * n,), grid, launch, plan,
                         body.asserts)
 
 
 def _factors(red: ir.Reduction) -> tuple[ir.Expr, ir.Expr]:
-    """The body's two factors: over (i0, r0) and over (r0, i1)."""
+    """The body's two factors: over (the batch, the row, r0) and over (the batch, r0, the column)."""
     assert isinstance(red.body, ir.Op) and red.body.name == "mul", red.body
     fa, fb = red.body.args
-    i0, i1 = indexing.loop_vars("i", 2)
+    *_, i0, i1 = indexing.loop_vars("i", len(red.buffer.sizes))
     if _uses(fa, i1) or _uses(fb, i0):
         fa, fb = fb, fa
     assert not _uses(fa, i1) and not _uses(fb, i0), red.body

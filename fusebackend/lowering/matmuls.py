@@ -269,7 +269,7 @@ def mm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
 
 @register_composite(aten.bmm.default, symbolic=True)  # over symbolic sizes it declines: the library's, as traced
 def bmm(b: GraphLowering, self: TensorArg, mat2: TensorArg) -> TensorArg:
-    column = _column_product(b, None, self, mat2)
+    column = _column_product(b, None, self, mat2) or template_product(b, None, self, mat2)
     if column is None:
         raise Unsupported("a batched product of more than one column")
     return column

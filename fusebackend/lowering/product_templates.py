@@ -1,7 +1,7 @@
 """Matrix products as generated kernels that take their epilogues (``config.product_templates``).
 
-``mm`` and ``addmm`` of 2-d matrices become one ``ir.Reduction`` marked ``product``: the sums over
-K of ``mat1[i, k] * mat2[k, j]`` in the accumulation dtype, then a pointwise node for alpha, the
+``mm`` and ``addmm`` of 2-d matrices and ``bmm`` of 3-d ones become one ``ir.Reduction`` marked
+``product``: the sums over K of ``mat1[i, k] * mat2[k, j]`` (a bmm's per batch) in the accumulation dtype, then a pointwise node for alpha, the
 bias and the cast to the product's dtype, as eager's library call rounds once at the end. The
 scheduler fuses what reads the product into its kernel as into any reduction's (a bias, an
 activation, a residual, a cast: by the bytes they save), and ``codegen/product.py`` generates the
@@ -44,23 +44,28 @@ def wanted(autotune: bool) -> bool:
 
 def template_product(b: Any, bias: TensorArg | None, mat1: Any, mat2: Any, beta: Any = 1,
                      alpha: Any = 1) -> TensorArg | None:
-    """``alpha * mat1 @ mat2 + beta * bias`` as a product reduction and its pointwise result;
+    """``alpha * mat1 @ mat2 + beta * bias`` (``mat1`` and ``mat2`` 2-d, or 3-d of one batch) as a
+    product reduction and its pointwise result;
     None where the product is not generated (see the module's docstring)."""
     if not wanted(b.autotune) or not (isinstance(mat1, TensorArg) and isinstance(mat2, TensorArg)):
         return None
-    if mat1.meta.dim() != 2 or mat2.meta.dim() != 2 or sizevars.symbolic(tuple(mat1.sizes) + tuple(mat2.sizes)):
+    dims = mat1.meta.dim()
+    if dims not in (2, 3) or mat2.meta.dim() != dims or sizevars.symbolic(tuple(mat1.sizes) + tuple(mat2.sizes)):
         return None
-    (m, k), n = tuple(mat1.sizes), mat2.sizes[1]
+    *batch, m, k = tuple(mat1.sizes)
+    n = mat2.sizes[-1]
+    if tuple(mat2.sizes[:-2]) != tuple(batch) or 0 in batch:
+        return None
     if mat1.dtype not in DTYPES or mat2.dtype != mat1.dtype or min(m, n, k) < MIN_DIM or k % MIN_DIM:
         return None
     if bias is not None and (bias.meta.dim() != 1 or bias.dtype != mat1.dtype):
         return None
     acc = ir.compute_dtype(mat1.dtype)
-    i, j = indexing.loop_vars("i", 2)
+    *ib, i, j = indexing.loop_vars("i", dims)
     (r,) = indexing.loop_vars("r", 1)
-    body = ir.op("mul", ir.cast(ir.Load(mat1.view, (i, r)), acc), ir.cast(ir.Load(mat2.view, (r, j)), acc))
-    buf = b.new_buffer((m, n), acc)
-    b.nodes.append(ir.Reduction(buf, body, (k,), "sum", (m, n, k), (i, j, r), b.origin, product=True))
+    body = ir.op("mul", ir.cast(ir.Load(mat1.view, (*ib, i, r)), acc), ir.cast(ir.Load(mat2.view, (*ib, r, j)), acc))
+    buf = b.new_buffer((*batch, m, n), acc)
+    b.nodes.append(ir.Reduction(buf, body, (k,), "sum", (*batch, m, n, k), (*ib, i, j, r), b.origin, product=True))
     return product_result(b, b._tensor_arg(buf, b.meta(buf)), bias, beta, alpha)
 
 
@@ -71,8 +76,8 @@ def product_result(b: Any, sums: TensorArg, bias: TensorArg | None, beta: Any, a
     meta = b.out_meta
 
     def result(ctx: LoweringContext) -> ir.Expr:
-        i, j = ctx.vars
-        out: ir.Expr = ir.Load(sums.view, (i, j))
+        *ib, i, j = ctx.vars
+        out: ir.Expr = ir.Load(sums.view, (*ib, i, j))
         if alpha != 1:
             out = ir.op("mul", out, ir.Constant(float(alpha), acc))
         if bias is not None and beta != 0:  # beta 0: the bias is not read (eager ignores even NaN there)
