@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import MappingProxyType
+from typing import Mapping
 
 import sympy
 
@@ -87,10 +89,12 @@ def generate_pointwise(plan: KernelPlan, index: int, pdl: bool = False,
 _MIN_TILE = {False: (8, 8), True: (8, 4)}
 
 
-def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],
-            shape: str) -> tuple[list[tuple[str, str, str]], dict[str, str], tuple[tuple[str, str], ...]]:
+def kernel_stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.Symbol, sympy.Expr]],
+                  shape: str, values: Mapping[str, ir.Expr] = MappingProxyType({})
+                  ) -> tuple[list[tuple[str, str, str]], dict[str, str], tuple[tuple[str, str], ...]]:
     """The stores (pointer, offset, value), the output pointers, and the (output, input) pairs
-    that may share memory (``in_place_pairs``)."""
+    that may share memory (``in_place_pairs``); ``values``: what a node stores where it is not
+    its body (a product kernel's product: its accumulator)."""
     stores: list[tuple[str, str, str]] = []
     outputs: dict[str, str] = {}
     offsets: dict[str, sympy.Expr] = {}
@@ -99,7 +103,7 @@ def _stores(plan: KernelPlan, body: KernelBody, subst_of: dict[str, dict[sympy.S
             continue
         buf = node.buffer
         subst = subst_of[node.name]
-        value = body.broadcast(body.value(node.body, subst), buf.dtype, shape, XDIMS)
+        value = body.broadcast(body.value(values.get(node.name, node.body), subst), buf.dtype, shape, XDIMS)
         nvars = indexing.loop_vars("i", len(buf.sizes))
         offset = body.index(indexing.ravel([subst[v] for v in nvars], buf.strides))
         ptr = f"out_ptr{len(outputs)}"
@@ -117,7 +121,7 @@ def _generate_flat(plan: KernelPlan, index: int, pdl: bool,
     # a symbolic extent is a multiple of the block only where proven (its Mod is 0): else masked
     body = KernelBody(plan, space, XDIMS if numel % launch["XBLOCK"] == 0 else frozenset())
     body.lanes = (X, launch["XBLOCK"])  # blocks start at multiples of XBLOCK (codegen.pairs.pair_load)
-    stores, outputs, in_place = _stores(plan, body, space.mapping, "[XBLOCK]")
+    stores, outputs, in_place = kernel_stores(plan, body, space.mapping, "[XBLOCK]")
     name = kernel_name(plan, index)
     symbols = body.size_params()
     w = LineWriter()
@@ -371,19 +375,13 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     # static extents their blocks do not divide: (extent, block) of each, else None
     y_ragged = None if rows or tile.ysize % launch["YBLOCK"] == 0 else (tile.ysize, launch["YBLOCK"])
     x_ragged = None if columns or tile.inner % launch["XBLOCK"] == 0 else (tile.inner, launch["XBLOCK"])
-    body = KernelBody(plan, space, XDIMS)  # the blocks divide both tiled extents
     outer = tile.outer if sizes_in(tile.outer) else max(tile.outer, 1)
-    body.ranges = {X_OUTER: outer, Y_INDEX: tile.ysize, X_INNER: tile.inner}
-    body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER})
-    body.program_scalars = frozenset({X_OUTER})
-    body.rank = 2
-    body.element_loads = False
-    body.x_zero = "0 * y_index + 0 * x_inner"
+    body = tile_body(plan, {X_OUTER: outer, Y_INDEX: tile.ysize, X_INNER: tile.inner})  # blocks divide both extents
     if x_ragged is None or tile.inner % 2 == 0:  # every block starts at an even column
         body.lanes = (X_INNER, launch["XBLOCK"])
     tiled = {X: tile.substitute()}
     subst_of = {name: {v: e.xreplace(tiled) for v, e in m.items()} for name, m in space.mapping.items()}
-    stores, outputs, in_place = _stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
+    stores, outputs, in_place = kernel_stores(plan, body, subst_of, "[YBLOCK, XBLOCK]")
     if y_ragged or x_ragged:
         in_place = ()  # overlapping blocks: one's stores would change what the other reads
     name = kernel_name(plan, index)
@@ -432,6 +430,20 @@ def _generate_tiled(plan: KernelPlan, index: int, tile: Tile, pdl: bool) -> Kern
     grid = tile.outer * ceil_div(tile.inner, launch["XBLOCK"]) * ceil_div(tile.ysize, launch["YBLOCK"])
     return KernelSource(name, w.source(), tuple(body.inputs) + tuple(outputs), (numel,), grid, launch, plan,
                         body.asserts, in_place=in_place)
+
+
+def tile_body(plan: KernelPlan, ranges: dict[sympy.Symbol, int | sympy.Expr]) -> KernelBody:
+    """The body of a kernel over ``[YBLOCK, XBLOCK]`` tiles, unmasked: ``ranges`` gives the
+    extent of each index the tiles vary along (``x_outer``, one value a program; ``y_index``;
+    ``x_inner``; and any a kernel adds, a product's positions along K)."""
+    body = KernelBody(plan, plan.space, XDIMS)
+    body.ranges = dict(ranges)
+    body.x_symbols = frozenset(ranges)
+    body.program_scalars = frozenset({X_OUTER})
+    body.rank = 2
+    body.element_loads = False
+    body.x_zero = "0 * y_index + 0 * x_inner"
+    return body
 
 
 def _ragged_note(y_ragged: tuple[int, int] | None, x_ragged: tuple[int, int] | None) -> str:

@@ -27,9 +27,9 @@ import sympy
 import torch
 
 from fusebackend import indexing, ir
-from fusebackend.codegen.body import KernelBody, KernelSource
+from fusebackend.codegen.body import KernelSource
 from fusebackend.codegen.kernel_header import GRID_WAIT, HEADER, describe, kernel_name
-from fusebackend.codegen.pointwise import X_INNER, X_OUTER, XDIMS, Y_INDEX, tile_axis
+from fusebackend.codegen.pointwise import X_INNER, X_OUTER, XDIMS, Y_INDEX, kernel_stores, tile_axis, tile_body
 from fusebackend.codegen.writer import LineWriter
 from fusebackend.config import use_interpreter
 from fusebackend.scheduler import KernelPlan
@@ -72,24 +72,15 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     *lead, m, n = (int(d) for d in red.buffer.sizes)
     batch = lead[0] if lead else 1  # a bmm's batch: one program's tile lies in one matrix
     (k,) = (int(d) for d in red.reduction_ranges)
-    chosen = product_config(m, n, k)
-    if launch is not None:
-        chosen = {**chosen, **launch}
-        if not all(16 <= chosen[b] <= e for b, e in (("XBLOCK", n), ("YBLOCK", m))) or k % chosen["KBLOCK"]:
-            return None
-    launch = {key: chosen[key] for key in ("XBLOCK", "YBLOCK", "KBLOCK")} | {
-        key: v for key, v in chosen.items() if key not in ("XBLOCK", "YBLOCK", "KBLOCK")}
+    # a candidate's blocks over the heuristic's: the constexprs stay first, in the parameters' order
+    launch = {**product_config(m, n, k), **(launch or {})}
+    if not all(16 <= launch[b] <= e for b, e in (("XBLOCK", n), ("YBLOCK", m))) or k % launch["KBLOCK"]:
+        return None
     fa, fb = _factors(red)
-    space = plan.space
-    body = KernelBody(plan, space, XDIMS)  # no masks: blocks within the extents, K tiled exactly
-    body.ranges = {X_OUTER: batch, Y_INDEX: m, X_INNER: n, K_ROW: k, K_COL: k}
-    body.x_symbols = frozenset({X_OUTER, Y_INDEX, X_INNER, K_ROW, K_COL})
-    body.program_scalars = frozenset({X_OUTER})
-    body.rank = 2
-    body.element_loads = False
-    body.x_zero = "0 * y_index + 0 * x_inner"
+    # no masks: blocks within the extents (the last shifted back), K tiled exactly
+    body = tile_body(plan, {X_OUTER: batch, Y_INDEX: m, X_INNER: n, K_ROW: k, K_COL: k})
     tiled = {X: (X_OUTER * (m * n) if lead else 0) + Y_INDEX * n + X_INNER}
-    subst_of = {name: {v: e.xreplace(tiled) for v, e in mapping.items()} for name, mapping in space.mapping.items()}
+    subst_of = {name: {v: e.xreplace(tiled) for v, e in mapping.items()} for name, mapping in plan.space.mapping.items()}
     *ib, im, i_n = indexing.loop_vars("i", len(red.buffer.sizes))
     (r0,) = indexing.loop_vars("r", 1)
     outer = {ib[0]: X_OUTER} if ib else {}
@@ -97,23 +88,13 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     # both factors in one half dtype go to tl.dot as they are; in the interpreter, widened
     # (its tl.dot of bf16 tiles returns garbage: Triton 3.9), which sums the same products
     half = _half(fa) is not None and _half(fa) == _half(fb) and not use_interpreter()
-    a = _operand(body, fa, {**outer, im: Y_INDEX, r0: K_ROW}, half)
-    b = _operand(body, fb, {**outer, r0: K_COL, i_n: X_INNER}, half)
+    a = body.value(fa.args[0] if half else fa, {**outer, im: Y_INDEX, r0: K_ROW})
+    b = body.value(fb.args[0] if half else fb, {**outer, r0: K_COL, i_n: X_INNER})
     loop = body.pop()
     precision = "" if half else ', input_precision="ieee"'
     acc = body.new_temp(XDIMS)
     body.row_values[red.name] = ir.cast(ir.Rendered(acc, red.body.dtype), red.buffer.dtype)
-    stores, outputs = [], {}
-    for node in plan.nodes:
-        if node.buffer not in plan.stored:
-            continue
-        buf = node.buffer
-        subst = subst_of[node.name]
-        value = body.row_values[red.name] if node is red else node.body
-        rendered = body.broadcast(body.value(value, subst), buf.dtype, "[YBLOCK, XBLOCK]", XDIMS)
-        offset = body.index(indexing.ravel([subst[v] for v in indexing.loop_vars("i", len(buf.sizes))], buf.strides))
-        outputs[buf.name] = f"out_ptr{len(outputs)}"
-        stores.append((outputs[buf.name], body.offset_text(offset, XDIMS), rendered))
+    stores, outputs, _ = kernel_stores(plan, body, subst_of, "[YBLOCK, XBLOCK]", {red.name: body.row_values[red.name]})
     name = kernel_name(plan, index).replace("fused_red", "fused_mm", 1)
     w = LineWriter()
     w.lines(HEADER)
@@ -122,8 +103,8 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
     w.line(f"def {name}({', '.join(params)}):")
     with w.indent():
         w.lines(describe(plan))
-        w.line(f"# a product of [{m}, {k}] by [{k}, {n}]" + (f", {batch} of them," if lead else "") + " in tiles of [YBLOCK, XBLOCK], K in steps of KBLOCK (tl.dot, "
-               "fp32 sums); what reads it computed on the tile")
+        w.line(f"# a product of [{m}, {k}] by [{k}, {n}]" + (f", {batch} of them," if lead else "")
+               + " in tiles of [YBLOCK, XBLOCK], K in steps of KBLOCK (tl.dot, fp32 sums); what reads it computed on the tile")
         if pdl:
             w.line(GRID_WAIT)
         x_tiles, y_tiles = ceil_div(n, launch["XBLOCK"]), ceil_div(m, launch["YBLOCK"])
@@ -142,7 +123,8 @@ def generate_product(plan: KernelPlan, index: int, pdl: bool = False,
         tile_axis(w, "x_inner", "(in_group // group_rows) * XBLOCK", "[None, :]", "XBLOCK", "", "", False, x_ragged)
         tile_axis(w, "y_index", f"(group * {GROUP_ROWS} + in_group % group_rows) * YBLOCK", "[:, None]", "YBLOCK", "", "",
                   False, y_ragged)
-        w.line(f"{acc} = tl.full([YBLOCK, XBLOCK], 0.0, tl.float32)")  # tl.zeros is a @jit function: see runtime._decorating
+        # (tl.zeros is a @jit function of Triton's library: see runtime._decorating)
+        w.line(f"{acc} = tl.full([YBLOCK, XBLOCK], 0.0, tl.float32)")
         w.line(f"for k in range(0, {k}, KBLOCK):")
         with w.indent():
             w.line("k_row = k + tl.arange(0, KBLOCK)[None, :]")
@@ -177,8 +159,3 @@ def _half(factor: ir.Expr) -> torch.dtype | None:
     if isinstance(factor, ir.Op) and factor.name == "to" and factor.args[0].dtype in HALF:
         return factor.args[0].dtype
     return None
-
-
-def _operand(body: KernelBody, factor: ir.Expr, subst: dict[sympy.Symbol, sympy.Expr], half: bool) -> str:
-    """A factor's tile, rendered at ``subst``: in its half-precision dtype where ``half``."""
-    return body.value(factor.args[0] if half else factor, subst)

@@ -50,7 +50,7 @@ from fusebackend.lowering.mutations import in_place_copies, scatters_into_inputs
 from fusebackend.lowering.registry import COMPOSITE, POINTWISE, Unsupported, bind_arguments, is_view_op
 from fusebackend.lowering.symbolic_sizes import SymbolicSizes
 from fusebackend.lowering.unrolled import unroll_short_reductions
-from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels
+from fusebackend.lowering.values import LoweringContext, TensorArg, beyond_kernels, check_matches
 from fusebackend.provenance import source_name
 
 aten = torch.ops.aten
@@ -62,20 +62,6 @@ OWN_FIRST = (aten.convolution.default, aten.convolution_backward.default)
 # AOTAutograd's effect tokens made and consumed inside the graph (``unlift_effect_tokens``, which
 # fuse sets as Inductor does: backend.py)
 _TOKEN_OPS = (torch.ops.prims._make_token.default, torch.ops.prims._sink_tokens.default)
-
-
-def _check_matches(result: Any, out_meta: Any) -> None:
-    """A composite must produce exactly the sizes and dtypes ATen's meta function gives."""
-    got = pytree.tree_leaves(result)
-    want = pytree.tree_leaves(out_meta)
-    if len(got) != len(want):
-        raise Unsupported("composite lowering returned the wrong number of outputs")
-    for g, w in zip(got, want):
-        if isinstance(w, torch.Tensor):
-            # symbolic sizes at the hints, which the meta output was computed at
-            if not isinstance(g, TensorArg) or tuple(map(sizevars.size_hint, g.sizes)) != tuple(w.shape) or (
-                    g.dtype != w.dtype):
-                raise Unsupported(f"composite lowering produced {getattr(g, 'sizes', g)} instead of {tuple(w.shape)} {w.dtype}")
 
 
 def _live_nodes(graph: torch.fx.Graph) -> set[torch.fx.Node]:
@@ -346,7 +332,7 @@ class GraphLowering(SymbolicSizes, IRBuilder):
         """``target``'s composite lowering on these arguments, checked against ``out_meta``."""
         self.out_meta, self.origin = out_meta, str(target)
         result = COMPOSITE[target](self, **bind_arguments(target, args, kwargs))
-        _check_matches(result, out_meta)
+        check_matches(result, out_meta)
         return result
 
     def _own_lowering(self, target: Any, args: Any, kwargs: Any) -> Any:

@@ -108,3 +108,17 @@ def size_value(size: Any, dtype: torch.dtype) -> ir.Expr:
     """A size (a part's bound, a dim's length) as a value of ``dtype`` in a node's body: a
     constant, or over symbolic sizes an expression the kernel computes from its size arguments."""
     return ir.IndexValue(size, dtype) if sizevars.symbolic([size]) else ir.Constant(size, dtype)
+
+
+def check_matches(result: Any, out_meta: Any) -> None:
+    """A composite must produce exactly the sizes and dtypes ATen's meta function gives."""
+    got = pytree.tree_leaves(result)
+    want = pytree.tree_leaves(out_meta)
+    if len(got) != len(want):
+        raise Unsupported("composite lowering returned the wrong number of outputs")
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            # symbolic sizes at the hints, which the meta output was computed at
+            if not isinstance(g, TensorArg) or tuple(map(sizevars.size_hint, g.sizes)) != tuple(w.shape) or (
+                    g.dtype != w.dtype):
+                raise Unsupported(f"composite lowering produced {getattr(g, 'sizes', g)} instead of {tuple(w.shape)} {w.dtype}")
