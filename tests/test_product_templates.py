@@ -156,3 +156,33 @@ def test_a_batched_product_and_its_scale_and_softmax_input_are_one_kernel(always
     _no_library_products()
     name, source = _the_kernel()
     assert name.startswith("fused_mm0_bmm") and "x_outer = tl.program_id(0) // " in source, source
+
+
+def test_max_autotune_tries_other_k_steps_of_a_product() -> None:
+    x, w = torch.randn(64, 64), torch.randn(64, 48)
+    fn = torch.compile(lambda x, w: torch.relu(x @ w), backend="fuse", mode="max-autotune-no-cudagraphs")
+    torch.testing.assert_close(fn(x, w), torch.relu(x @ w), **TOL[f32])
+    (text,) = [t for name, t in fusebackend.last_compiled().autotune.items() if name.startswith("fused_mm")]
+    lines = text.splitlines()
+    assert "KBLOCK=64" in lines[0] and any("KBLOCK=32" in line for line in lines[1:]), text
+    assert not any("KBLOCK=128" in line for line in lines), text  # K is 64: no such step fits
+
+
+def test_a_candidate_that_cannot_run_is_never_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusebackend.kernels import autotune
+
+    real = autotune.Tuner._time
+
+    def failing(self, launcher, stream, args):  # every candidate but the heuristic's fails
+        if self.choices.index(launcher) > 0:
+            raise RuntimeError("out of resource: shared memory (a test's)")
+        real(self, launcher, stream, args)
+        return 1.0, 1.0
+
+    monkeypatch.setattr(autotune.Tuner, "_time", failing)
+    x, w = torch.randn(64, 64), torch.randn(64, 48)
+    fn = torch.compile(lambda x, w: torch.relu(x @ w), backend="fuse", mode="max-autotune-no-cudagraphs")
+    torch.testing.assert_close(fn(x, w), torch.relu(x @ w), **TOL[f32])
+    text = "\n".join(fusebackend.last_compiled().autotune.values())
+    assert "could not run (RuntimeError: out of resource: shared memory (a test's))" in text, text
+    assert all("<- chosen" in line for line in text.splitlines() if line.lstrip().startswith("heuristic")), text

@@ -6,8 +6,8 @@ max-autotune mode:
 
 1. Codegen (``codegen.generate_all``) generates each kernel again for the candidates
    ``candidates`` gives: the heuristic's configuration with one of its blocks (XBLOCK, RBLOCK,
-   a tile's YBLOCK) or its warps doubled or halved, and for a kernel that loops over its rows,
-   other pipelining stages, within bounds (a block no larger than the extent rounded up to a
+   a tile's YBLOCK, a product's KBLOCK) or its warps doubled or halved, and for a kernel that
+   loops over its rows or a product over K, other pipelining stages, within bounds (a block no larger than the extent rounded up to a
    power of two, or for a tile one that divides it; at most 32768 elements; at least one element
    a thread). A candidate is a kernel of its own: its masks and whether it loops over a row
    follow from its blocks. Flat and tiled pointwise kernels, reductions, scans and scatters are
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import statistics
@@ -51,6 +52,7 @@ REPEATS = 10  # timed launches of each candidate
 MAX_BLOCK = 1 << 15  # elements of one block
 MAX_WARPS = 16
 STAGES = (1, 2)  # software pipelining of a looped kernel's loop; Triton's default on a GPU is 3
+PRODUCT_STAGES = (2, 3, 4)  # a product kernel's K loop: tiles of both factors in flight
 MARGIN = 0.03  # a candidate replaces the heuristic's launch only where it is this much faster
 
 
@@ -58,14 +60,15 @@ def candidates(source: Any) -> list[dict[str, int]]:
     """Other launch configurations for a generated kernel (``codegen.body.KernelSource``): its
     blocks (XBLOCK, RBLOCK, YBLOCK: those it has) one at a time doubled or halved; its warps
     doubled or halved; and where it loops over its rows (RBLOCK under the row's extent), Triton's
-    software pipelining of that loop at ``STAGES`` other than its default. A block stays within
+    software pipelining of that loop at ``STAGES`` other than its default (a product's loop over K,
+    KBLOCK a step of it, at ``PRODUCT_STAGES`` other than the heuristic's). A block stays within
     its extent rounded up to a power of two (a tile's must divide it: codegen drops those that do
     not), at most ``MAX_BLOCK`` elements and at least one element a thread. In the interpreter
     only blocks vary: warps and stages mean nothing there."""
     launch = source.launch
     interpret = use_interpreter()
     extents = {"XBLOCK": source.sizes[0], "RBLOCK": source.sizes[1] if len(source.sizes) > 1 else 1}
-    blocks = tuple(k for k in ("XBLOCK", "RBLOCK", "YBLOCK") if k in launch)
+    blocks = tuple(k for k in ("XBLOCK", "RBLOCK", "YBLOCK", "KBLOCK") if k in launch)
     base = {k: launch[k] for k in blocks}
     warps = launch.get("num_warps", 4)
     steps: list[tuple[dict[str, int], dict[str, int]]] = []  # (blocks, compile options)
@@ -74,16 +77,20 @@ def candidates(source: Any) -> list[dict[str, int]]:
             steps.append(({**base, name: int(base[name] * factor)}, {"num_warps": warps}))
     if not interpret:
         steps += [(base, {"num_warps": warps * 2}), (base, {"num_warps": warps // 2})]
-        if "RBLOCK" in base and base["RBLOCK"] < extents["RBLOCK"]:
+        if "KBLOCK" in base:  # a product's loop over K: its stages as its own (the heuristic's)
+            stages = launch.get("num_stages", 3)
+            steps += [(base, {"num_warps": warps, "num_stages": n}) for n in PRODUCT_STAGES if n != stages]
+        elif "RBLOCK" in base and base["RBLOCK"] < extents["RBLOCK"]:
             steps += [(base, {"num_warps": warps, "num_stages": n}) for n in STAGES]
     found: list[dict[str, int]] = []
     tiled = "YBLOCK" in base
     for blocks_of, options in steps:
         size = 1
         for name, value in blocks_of.items():
-            size *= value
             if value < 1 or (not tiled and value > _next_pow2(max(extents[name], 1))):
                 break
+            if name != "KBLOCK":  # a product's K step is no part of its output's block
+                size *= value
         else:
             w = options["num_warps"]
             if size > MAX_BLOCK or (not interpret and (w < 1 or w > MAX_WARPS or size < 32 * w)):
@@ -95,7 +102,8 @@ def candidates(source: Any) -> list[dict[str, int]]:
 
 
 def describe(launch: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in launch.items() if k in ("XBLOCK", "YBLOCK", "RBLOCK", "num_warps", "num_stages"))
+    return ", ".join(f"{k}={v}" for k, v in launch.items()
+                     if k in ("XBLOCK", "YBLOCK", "RBLOCK", "KBLOCK", "num_warps", "num_stages"))
 
 
 def bind(record: Any, device: str, home: dict[str, Any], report: Callable[[str, str], None]
@@ -124,12 +132,14 @@ class Tuner:
         self.choices = choices  # the heuristic's first
         self.written = written  # positions of the arguments the kernel stores into
         self.key, self.home, self.name, self.report = key, home, name, report
+        self.failures: dict[int, str] = {}  # candidates that could not run: why
 
     def __call__(self, stream: int | None, *args: Any) -> None:
         if not use_interpreter() and torch.cuda.is_current_stream_capturing():
             chosen, times = 0, None  # nothing can be timed while a CUDA graph is recorded
         else:
-            timed = [self._time(launcher, stream, args) for launcher in self.choices]
+            timed = [self._time(launcher, stream, args) if k == 0 else self._time_or_none(launcher, stream, args)
+                     for k, launcher in enumerate(self.choices)]
             times = [cold for cold, _ in timed]
             chosen = min(range(len(times)), key=times.__getitem__)
             if any(t[chosen] > t[0] * (1 - MARGIN) for t in zip(*timed)):
@@ -138,8 +148,19 @@ class Tuner:
         launcher = self.choices[chosen]
         launcher.home, launcher.name = self.home, self.name
         self.home[self.name] = launcher
-        self.report(self.name, report_text([c.launch for c in self.choices], times, chosen))
+        self.report(self.name, report_text([c.launch for c in self.choices], times, chosen, self.failures))
         launcher(stream, *args)
+
+    def _time_or_none(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
+        """A candidate's ``_time``; infinite where it cannot be compiled or launched on this device
+        (Triton's OutOfResources: a product's tiles of fp32 over its shared memory), so that it is
+        never chosen. The heuristic's own launch is timed by ``_time``: its failure is an error."""
+        try:
+            return self._time(launcher, stream, args)
+        except Exception as exc:  # noqa: BLE001 - Triton raises several kinds; the reason is kept
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self.failures[self.choices.index(launcher)] = f"{type(exc).__name__}: {first}"[:160]
+            return math.inf, math.inf
 
     def _time(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
         """Microseconds of one launch on ``args``, with scratch tensors for what it stores: with
@@ -169,11 +190,18 @@ class Tuner:
         return times[0], times[1]
 
 
-def report_text(launches: list[dict[str, Any]], times: list[float] | None, chosen: int) -> str:
-    """One line per candidate: its blocks and warps, its time, and which was chosen."""
+def report_text(launches: list[dict[str, Any]], times: list[float] | None, chosen: int,
+                failures: dict[int, str] | None = None) -> str:
+    """One line per candidate: its blocks and warps, its time (or why it could not run), and
+    which was chosen."""
     lines = []
     for k, launch in enumerate(launches):
-        took = f"{times[k]:.2f} us" if times is not None else "not timed (first called while a CUDA graph was recorded)"
+        if times is None:
+            took = "not timed (first called while a CUDA graph was recorded)"
+        elif math.isinf(times[k]):
+            took = f"could not run ({(failures or {}).get(k, 'on an earlier call')})"
+        else:
+            took = f"{times[k]:.2f} us"
         mark = "  <- chosen" if k == chosen else ""
         lines.append(f"  {'heuristic' if k == 0 else f'candidate {k}'}: {describe(launch)}: {took}{mark}")
     return "\n".join(lines)
