@@ -7,9 +7,9 @@ max-autotune mode:
 1. Codegen (``codegen.generate_all``) generates each kernel again for the candidates
    ``candidates`` gives: the heuristic's configuration with one of its blocks (XBLOCK, RBLOCK,
    a tile's YBLOCK, a product's KBLOCK) or its warps doubled or halved, and for a kernel that
-   loops over its rows or a product over K, other pipelining stages, within bounds (a block no larger than the extent rounded up to a
-   power of two, or for a tile one that divides it; at most 32768 elements; at least one element
-   a thread). A candidate is a kernel of its own: its masks and whether it loops over a row
+   loops over its rows or a product over K, other pipelining stages, within bounds (a block no
+   larger than the extent rounded up to a power of two, or for a tile one that divides it; at
+   most 32768 elements; at least one element a thread). A candidate is a kernel of its own: its masks and whether it loops over a row
    follow from its blocks. Flat and tiled pointwise kernels, reductions, scans and scatters are
    all tuned.
 2. On the kernel's first call, ``Tuner`` launches each candidate, the heuristic's too, on the
@@ -138,8 +138,7 @@ class Tuner:
         if not use_interpreter() and torch.cuda.is_current_stream_capturing():
             chosen, times = 0, None  # nothing can be timed while a CUDA graph is recorded
         else:
-            timed = [self._time(launcher, stream, args) if k == 0 else self._time_or_none(launcher, stream, args)
-                     for k, launcher in enumerate(self.choices)]
+            timed = [self._time_or_none(k, stream, args) for k in range(len(self.choices))]
             times = [cold for cold, _ in timed]
             chosen = min(range(len(times)), key=times.__getitem__)
             if any(t[chosen] > t[0] * (1 - MARGIN) for t in zip(*timed)):
@@ -151,15 +150,17 @@ class Tuner:
         self.report(self.name, report_text([c.launch for c in self.choices], times, chosen, self.failures))
         launcher(stream, *args)
 
-    def _time_or_none(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
-        """A candidate's ``_time``; infinite where it cannot be compiled or launched on this device
-        (Triton's OutOfResources: a product's tiles of fp32 over its shared memory), so that it is
-        never chosen. The heuristic's own launch is timed by ``_time``: its failure is an error."""
+    def _time_or_none(self, k: int, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
+        """Candidate ``k``'s ``_time``; infinite where it cannot be compiled or launched on this
+        device (Triton's OutOfResources: a product's tiles of fp32 over its shared memory), so that
+        it is never chosen, its reason kept for the report. The heuristic's failure is an error."""
         try:
-            return self._time(launcher, stream, args)
+            return self._time(self.choices[k], stream, args)
         except Exception as exc:  # noqa: BLE001 - Triton raises several kinds; the reason is kept
+            if k == 0:
+                raise
             first = str(exc).splitlines()[0] if str(exc) else ""
-            self.failures[self.choices.index(launcher)] = f"{type(exc).__name__}: {first}"[:160]
+            self.failures[k] = f"{type(exc).__name__}: {first}"[:160]
             return math.inf, math.inf
 
     def _time(self, launcher: Launcher, stream: int | None, args: tuple[Any, ...]) -> tuple[float, float]:
